@@ -1,0 +1,323 @@
+"""The ground agent: makes the cloud's servers real target hosts.
+
+Neutron here has no dataplane and Nova's fake driver runs nothing, so this
+agent keeps podman containers in step with the cloud, once a second:
+
+- a server that is ACTIVE and has a floating IP runs as a container with
+  systemd as PID 1 and a real sshd, **at that floating IP** on the ground's
+  podman network (the cloud's external network uses the same subnet);
+- its root filesystem is a directory kept **per boot volume**, so a server
+  re-created from the same boot volume finds what the last one installed;
+- every other attached Cinder volume is a loop device over a backing file
+  kept **per volume id**, passed in as /dev/vdb, /dev/vdc ... with the link
+  /dev/disk/by-id/virtio-<first 20 chars of the volume id> that udev makes
+  on a real VM; growing the volume in Cinder grows the device live;
+- the server's key pair is added to root's authorized_keys, as cloud-init does;
+- when the server is deleted, shelved, stopped or loses its floating IP, its
+  container is removed and the address stops answering;
+- backing files and root filesystems of volumes Cinder no longer has are
+  deleted.
+
+Run: python -m gpu_rent_ground.agent --state DIR --image IMAGE --network NET
+     --base-rootfs DIR --operator-key FILE.pub   (admin credentials in OS_* / OS_CLOUD)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import openstack
+
+LABEL = "gpu-rent-ground"
+log = logging.getLogger("ground-agent")
+
+
+@dataclass(frozen=True)
+class DataDisk:
+    volume_id: str
+    size_gb: int
+    guest_device: str  # vdb, vdc, ...
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    server_id: str
+    hostname: str
+    address: str
+    boot_volume_id: str
+    disks: tuple[DataDisk, ...]
+    public_keys: tuple[str, ...] = field(default=())
+
+    @property
+    def container(self) -> str:
+        return f"gr-{self.server_id}"
+
+
+def run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+def hostname_for(name: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    return (cleaned or "server")[:63]
+
+
+class Agent:
+    def __init__(self, conn, state: Path, image: str, network: str, base_rootfs: Path, operator_key: str):
+        self.conn = conn
+        self.state = state
+        self.image = image
+        self.network = network
+        self.base_rootfs = base_rootfs
+        self.operator_key = operator_key.strip()
+        self.volumes_dir = state / "volumes"
+        self.rootfs_dir = state / "rootfs"
+        self.volumes_dir.mkdir(parents=True, exist_ok=True)
+        self.rootfs_dir.mkdir(parents=True, exist_ok=True)
+        self.last_gc = 0.0
+
+    # ---------------------------------------------------------------- cloud
+    def wanted(self) -> dict[str, tuple[object, str]]:
+        """server id -> (server, floating IP) for every server that should run."""
+        fip_by_port = {ip.port_id: ip.floating_ip_address for ip in self.conn.network.ips() if ip.port_id}
+        wanted = {}
+        for server in self.conn.compute.servers(details=True, all_projects=True):
+            if server.status != "ACTIVE":
+                continue
+            for port_id, address in fip_by_port.items():
+                if self._port_device(port_id) == server.id:
+                    wanted[server.id] = (server, address)
+                    break
+        return wanted
+
+    _port_devices: dict[str, str] = {}
+
+    def _port_device(self, port_id: str) -> str | None:
+        device = self._port_devices.get(port_id)
+        if device is None:
+            port = self.conn.network.find_port(port_id, ignore_missing=True)
+            if port is None:
+                return None
+            device = port.device_id
+            self._port_devices[port_id] = device
+        return device
+
+    def spec(self, server, address: str) -> HostSpec | None:
+        attachments = sorted(self.conn.compute.volume_attachments(server), key=lambda a: a.device or "")
+        root = server.root_device_name or "/dev/vda"
+        boot = [a for a in attachments if a.device == root]
+        if not boot:
+            log.warning("server %s has no volume at %s: not a boot-from-volume server, no host", server.id, root)
+            return None
+        disks = []
+        for index, attachment in enumerate(a for a in attachments if a.device != root):
+            volume = self.conn.block_storage.get_volume(attachment.volume_id)
+            disks.append(DataDisk(attachment.volume_id, volume.size, f"vd{chr(ord('b') + index)}"))
+        keys = [self.operator_key]
+        if server.key_name:
+            keypair = self._keypair(server.key_name, server.user_id)
+            if keypair:
+                keys.append(keypair.strip())
+        return HostSpec(
+            server_id=server.id,
+            hostname=hostname_for(server.name),
+            address=address,
+            boot_volume_id=boot[0].volume_id,
+            disks=tuple(disks),
+            public_keys=tuple(keys),
+        )
+
+    def _keypair(self, name: str, user_id: str) -> str | None:
+        # admins read another user's key pair with ?user_id= (microversion >= 2.10)
+        response = self.conn.compute.get(
+            f"/os-keypairs/{name}?user_id={user_id}", microversion="2.10", raise_exc=False
+        )
+        if response.status_code != 200:
+            log.warning("key pair %s of user %s: HTTP %s", name, user_id, response.status_code)
+            return None
+        return response.json()["keypair"]["public_key"]
+
+    # ---------------------------------------------------------------- podman
+    def running(self) -> dict[str, dict]:
+        out = run("podman", "ps", "-a", "--filter", f"label={LABEL}", "--format", "json").stdout
+        return {c["Names"][0]: c for c in json.loads(out or "[]")}
+
+    def start(self, spec: HostSpec) -> None:
+        rootfs = self.rootfs(spec.boot_volume_id)
+        self.cloud_init(rootfs, spec)
+        devices = []
+        for disk in spec.disks:
+            loop = self.attach(disk)
+            devices += ["--device", f"{loop}:/dev/{disk.guest_device}"]
+        run(
+            "podman", "run", "-d", "--name", spec.container,
+            "--label", LABEL, "--label", f"{LABEL}.address={spec.address}",
+            "--label", f"{LABEL}.boot={spec.boot_volume_id}",
+            "--label", f"{LABEL}.volumes={','.join(d.volume_id for d in spec.disks)}",
+            "--network", self.network, "--ip", spec.address, "--hostname", spec.hostname,
+            "--systemd=always", "--cap-add", "SYS_ADMIN", *devices,
+            "--rootfs", str(rootfs), "/sbin/init",
+        )  # fmt: skip
+        # no udev in a container: make the links udev makes from virtio serials
+        links = " && ".join(
+            f"ln -sfn ../../{d.guest_device} /dev/disk/by-id/virtio-{d.volume_id[:20]}" for d in spec.disks
+        )
+        run("podman", "exec", spec.container, "sh", "-c", f"mkdir -p /dev/disk/by-id{' && ' + links if links else ''}")
+        log.info("host up: server %s at %s, boot volume %s, disks %s", spec.server_id, spec.address,
+                 spec.boot_volume_id, [(d.guest_device, d.volume_id) for d in spec.disks])  # fmt: skip
+
+    def stop(self, name: str, container: dict) -> None:
+        run("podman", "rm", "-f", "-t", "5", name, check=False)
+        for volume_id in _volumes(container.get("Labels") or {}):
+            self.detach(self.volumes_dir / f"{volume_id}.img")
+        log.info("host down: %s", name)
+
+    # ---------------------------------------------------------------- disks
+    def rootfs(self, boot_volume_id: str) -> Path:
+        rootfs = self.rootfs_dir / boot_volume_id
+        if not rootfs.exists():
+            partial = rootfs.with_name(rootfs.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            run("cp", "-a", str(self.base_rootfs), str(partial))
+            (partial / ".gpu-rent-ground-built").unlink(missing_ok=True)
+            run("ssh-keygen", "-A", "-f", str(partial))  # host keys of this boot volume's own
+            partial.rename(rootfs)
+        return rootfs
+
+    @staticmethod
+    def cloud_init(rootfs: Path, spec: HostSpec) -> None:
+        ssh_dir = rootfs / "root/.ssh"
+        ssh_dir.mkdir(mode=0o700, exist_ok=True)
+        keys_file = ssh_dir / "authorized_keys"
+        present = keys_file.read_text().splitlines() if keys_file.exists() else []
+        missing = [k for k in spec.public_keys if k not in present]
+        if missing:
+            keys_file.write_text("".join(f"{k}\n" for k in present + missing))
+        keys_file.chmod(0o600)
+        (rootfs / "etc/hostname").write_text(spec.hostname + "\n")
+
+    def attach(self, disk: DataDisk) -> str:
+        backing = self.volumes_dir / f"{disk.volume_id}.img"
+        if not backing.exists():
+            with open(backing, "wb") as f:
+                f.truncate(disk.size_gb * 1024**3)
+        existing = run("losetup", "-j", str(backing), "-O", "NAME", "-n").stdout.split()
+        if existing:
+            return existing[0]
+        return run("losetup", "--find", "--show", str(backing)).stdout.strip()
+
+    @staticmethod
+    def detach(backing: Path) -> None:
+        for loop in run("losetup", "-j", str(backing), "-O", "NAME", "-n", check=False).stdout.split():
+            run("losetup", "-d", loop, check=False)
+
+    def collect_garbage(self, running: dict[str, dict]) -> None:
+        """Delete the bytes of volumes that Cinder no longer has."""
+        known = {v.id for v in self.conn.block_storage.volumes(details=False, all_projects=True)}
+        in_use = set()
+        for container in running.values():
+            labels = container.get("Labels") or {}
+            in_use.update([labels.get(f"{LABEL}.boot", ""), *_volumes(labels)])
+        for backing in self.volumes_dir.glob("*.img"):
+            if backing.stem not in known and backing.stem not in in_use:
+                self.detach(backing)
+                backing.unlink()
+                log.info("volume %s deleted in Cinder: backing file removed", backing.stem)
+        for rootfs in self.rootfs_dir.iterdir():
+            if rootfs.name not in known and rootfs.name not in in_use and not rootfs.name.endswith(".partial"):
+                shutil.rmtree(rootfs, ignore_errors=True)
+                log.info("boot volume %s deleted in Cinder: root filesystem removed", rootfs.name)
+
+    # ---------------------------------------------------------------- loop
+    def tick(self) -> dict:
+        wanted = self.wanted()
+        hosts = {}
+        for name, container in self.running().items():
+            server_id = name.removeprefix("gr-")
+            labels = container.get("Labels") or {}
+            if server_id in wanted and container.get("State") == "running":
+                server, address = wanted[server_id]
+                attached = sorted(v["id"] for v in server.attached_volumes or [])
+                had = sorted([labels.get(f"{LABEL}.boot", ""), *_volumes(labels)])
+                if labels.get(f"{LABEL}.address") == address and attached == had:
+                    hosts[server_id] = {"container": name, "address": address}
+                    continue
+            self.stop(name, container)
+        for server_id, (server, address) in wanted.items():
+            if server_id not in hosts:
+                spec = self.spec(server, address)
+                if spec is None:
+                    continue
+                try:
+                    self.start(spec)
+                except subprocess.CalledProcessError as e:
+                    log.error("could not start host for %s: %s %s", server_id, e.stderr.strip(), e.stdout.strip())
+                    run("podman", "rm", "-f", spec.container, check=False)
+                    continue
+                hosts[server_id] = {"container": spec.container, "address": address}
+            self._grow_if_extended(server)
+        if time.monotonic() - self.last_gc > 10:
+            self.collect_garbage(self.running())
+            self.last_gc = time.monotonic()
+        return hosts
+
+    def _grow_if_extended(self, server) -> None:
+        """Cinder extend: grow the backing file, then tell the loop device."""
+        for ref in server.attached_volumes or []:
+            backing = self.volumes_dir / f"{ref['id']}.img"
+            if not backing.exists():
+                continue
+            size = self.conn.block_storage.get_volume(ref["id"]).size * 1024**3
+            if backing.stat().st_size < size:
+                with open(backing, "r+b") as f:
+                    f.truncate(size)
+                for loop in run("losetup", "-j", str(backing), "-O", "NAME", "-n").stdout.split():
+                    run("losetup", "-c", loop)
+                log.info("volume %s grown to %s bytes", ref["id"], size)
+
+
+def _volumes(labels: dict) -> list[str]:
+    return [v for v in labels.get(f"{LABEL}.volumes", "").split(",") if v]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("--image", required=True)
+    parser.add_argument("--network", required=True)
+    parser.add_argument("--base-rootfs", type=Path, required=True)
+    parser.add_argument("--operator-key", type=Path, required=True)
+    parser.add_argument("--interval", type=float, default=1.0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("openstack").setLevel(logging.WARNING)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    conn = openstack.connect()
+    agent = Agent(conn, args.state, args.image, args.network, args.base_rootfs, args.operator_key.read_text())
+    status_file = args.state / "agent-status.json"
+    while not stopping:
+        started = time.monotonic()
+        try:
+            hosts = agent.tick()
+            tmp = status_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"time": time.time(), "hosts": hosts}, indent=1))
+            os.replace(tmp, status_file)
+        except Exception:  # the agent must outlive a cloud hiccup (tests stop services on purpose)
+            log.exception("tick failed; retrying")
+        time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
+    log.info("agent stopped; hosts keep running until ground-down removes them")
+
+
+if __name__ == "__main__":
+    main()

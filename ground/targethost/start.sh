@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The target-host half of the ground: the podman network whose subnet is the
+# cloud's external network, the git daemon serving the SwarmUI stand-in to the
+# hosts, and the agent that makes every ACTIVE server with a floating IP a
+# real host at that address. Every process is recorded in $RUN/*.pid.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+
+podman network exists "$PODNET" ||
+  podman network create --driver bridge --subnet "$EXT_CIDR" --gateway "$EXT_GW" "$PODNET" >/dev/null
+# The bridge is made here, not by podman on first use, so that the git daemon
+# can listen on the hosts' gateway address before any host exists.
+bridge=$(podman network inspect "$PODNET" --format '{{.NetworkInterface}}')
+echo "$bridge" > "$RUN/bridge"
+if ! ip link show "$bridge" >/dev/null 2>&1; then
+  ip link add "$bridge" type bridge
+  ip addr add "$EXT_GW/${EXT_CIDR#*/}" dev "$bridge"
+fi
+ip link set "$bridge" up
+
+# The SwarmUI stand-in as a git repository, as the swarmui role will clone it
+standin=$G/git/SwarmUI.git
+rm -rf "$G/git"; mkdir -p "$G/git"
+work=$(mktemp -d)
+cp -a "$GROUND_SRC/swarmui-standin/." "$work/"
+git -C "$work" init -q -b master
+git -C "$work" add -A
+git -C "$work" -c user.name=ground -c user.email=ground@localhost commit -q -m "SwarmUI stand-in"
+git -C "$work" tag 0.9.7-standin
+git clone -q --bare "$work" "$standin"
+rm -rf "$work"
+start_bg git-daemon "$LOG/git-daemon.log" git daemon --reuseaddr --export-all --base-path="$G/git" \
+  --listen="$EXT_GW" --port=9418 "$G/git"
+
+start_bg agent "$LOG/agent.log" env OS_CLIENT_CONFIG_FILE="$G/clouds.yaml" OS_CLOUD=ground-admin \
+  "$OSVENV/bin/python" -m gpu_rent_ground.agent --state "$S/hosts" \
+  --image localhost/gpu-rent-ground-host:1 --network "$PODNET" \
+  --base-rootfs "$CACHE/host/rootfs" --operator-key "$CACHE/host/id_ed25519.pub"
+sleep 1
+alive "$(cat "$RUN/agent.pid")" || die "the ground agent did not start, see $LOG/agent.log"
+log "target hosts: network $PODNET ($EXT_CIDR), SwarmUI stand-in at git://$EXT_GW/SwarmUI.git, agent running"
