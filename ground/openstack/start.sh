@@ -155,7 +155,7 @@ state_path = $S/nova-$c
 log_file = $LOG/nova-compute-$c.log
 CONF
   mkdir -p "$S/nova-$c"
-  # GPUs as placement inventory: 2 L4 and 1 A10 per compute, no A100 anywhere
+  # GPUs as placement inventory: 4 L4 and 1 A10 per compute, no A100 anywhere
   cat > "$ETC/nova/provider_config/gpu-$c.yaml" <<CONF
 meta:
   schema_version: '1.0'
@@ -165,7 +165,7 @@ providers:
     inventories:
       additional:
         - CUSTOM_GPU_L4:
-            total: 2
+            total: 4
             max_unit: 1
         - CUSTOM_GPU_A10:
             total: 1

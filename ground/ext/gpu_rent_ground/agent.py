@@ -89,28 +89,15 @@ class Agent:
     # ---------------------------------------------------------------- cloud
     def wanted(self) -> dict[str, tuple[object, str]]:
         """server id -> (server, floating IP) for every server that should run."""
-        fip_by_port = {ip.port_id: ip.floating_ip_address for ip in self.conn.network.ips() if ip.port_id}
-        wanted = {}
-        for server in self.conn.compute.servers(details=True, all_projects=True):
-            if server.status != "ACTIVE":
-                continue
-            for port_id, address in fip_by_port.items():
-                if self._port_device(port_id) == server.id:
-                    wanted[server.id] = (server, address)
-                    break
-        return wanted
-
-    _port_devices: dict[str, str] = {}
-
-    def _port_device(self, port_id: str) -> str | None:
-        device = self._port_devices.get(port_id)
-        if device is None:
-            port = self.conn.network.find_port(port_id, ignore_missing=True)
-            if port is None:
-                return None
-            device = port.device_id
-            self._port_devices[port_id] = device
-        return device
+        server_of_port = {p.id: p.device_id for p in self.conn.network.ports()}
+        address_of_server = {
+            server_of_port.get(ip.port_id): ip.floating_ip_address for ip in self.conn.network.ips() if ip.port_id
+        }
+        return {
+            server.id: (server, address_of_server[server.id])
+            for server in self.conn.compute.servers(details=True, all_projects=True)
+            if server.status == "ACTIVE" and server.id in address_of_server
+        }
 
     def spec(self, server, address: str) -> HostSpec | None:
         attachments = sorted(self.conn.compute.volume_attachments(server), key=lambda a: a.device or "")
@@ -139,9 +126,7 @@ class Agent:
 
     def _keypair(self, name: str, user_id: str) -> str | None:
         # admins read another user's key pair with ?user_id= (microversion >= 2.10)
-        response = self.conn.compute.get(
-            f"/os-keypairs/{name}?user_id={user_id}", microversion="2.10", raise_exc=False
-        )
+        response = self.conn.compute.get(f"/os-keypairs/{name}?user_id={user_id}", microversion="2.10", raise_exc=False)
         if response.status_code != 200:
             log.warning("key pair %s of user %s: HTTP %s", name, user_id, response.status_code)
             return None

@@ -6,6 +6,7 @@ Cinder's own fake driver would copy images with qemu-img under sudo/privsep;
 here image -> volume is an instant "clone" and volume -> image uploads a
 small placeholder.
 """
+
 import io
 
 from cinder.tests import fake_driver

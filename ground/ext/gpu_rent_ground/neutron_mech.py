@@ -4,6 +4,7 @@ Nova fails a build whose port ends in binding:vif_type 'binding_failed', and
 no in-tree driver binds without a real L2 agent. The ground has no dataplane
 in Neutron: the ground agent makes floating IPs real instead.
 """
+
 from neutron_lib import constants
 from neutron_lib.api.definitions import portbindings
 from neutron_lib.plugins.ml2 import api

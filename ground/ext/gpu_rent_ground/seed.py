@@ -8,6 +8,7 @@ GROUND_API_HOST, GROUND_SERVICE_PASSWORD, GROUND_ADMIN_PASSWORD,
 GROUND_MEMBER_PASSWORD, GROUND_COMPUTES ("c1 c2"), GROUND_POOLS ("ru-7a ru-7b"),
 GROUND_EXTERNAL_CIDR (the podman network of the target hosts).
 """
+
 import ipaddress
 import os
 import sys
@@ -30,7 +31,7 @@ MEMBER_USER = "gpu-rent-user"
 IMAGE_NAME = "Debian 12 64-bit GPU optimized"
 # (name, vcpus, ram MiB, disk GiB, extra specs). The preferred A100 flavor asks
 # for a resource no compute offers, so it always ends in "No valid host";
-# the fallbacks fit (each compute offers 2 L4 and 1 A10).
+# the fallbacks fit (each compute offers 4 L4 and 1 A10).
 FLAVORS = [
     ("gpu.a100.1", 12, 98304, 0, {"resources:CUSTOM_GPU_A100": "1", "gpu:model": "A100-80GB", "gpu:count": "1"}),
     ("gpu.l4.1", 8, 32768, 0, {"resources:CUSTOM_GPU_L4": "1", "gpu:model": "L4-24GB", "gpu:count": "1"}),
@@ -106,8 +107,7 @@ def _wait_for_computes(conn, hosts: list[str]) -> None:
         gpus_known = all(
             h in providers
             and any(
-                i.resource_class == "CUSTOM_GPU_L4"
-                for i in conn.placement.resource_provider_inventories(providers[h])
+                i.resource_class == "CUSTOM_GPU_L4" for i in conn.placement.resource_provider_inventories(providers[h])
             )
             for h in hosts
         )
@@ -124,7 +124,7 @@ def resources() -> None:
     pools = os.environ.get("GROUND_POOLS", "ru-7a ru-7b").split()
     hosts = [f"ground-{c}" for c in computes]
     _wait_for_computes(conn, hosts)
-    for host, pool in zip(hosts, pools):
+    for host, pool in zip(hosts, pools, strict=False):
         aggregate = conn.compute.find_aggregate(pool) or conn.compute.create_aggregate(
             name=pool, availability_zone=pool
         )

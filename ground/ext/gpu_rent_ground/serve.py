@@ -6,6 +6,7 @@ Neutron's and Cinder's WSGI entry points parse sys.argv with oslo.config, so
 gunicorn's own command line would break them: sys.argv is replaced by
 [prog, *oslo_args] before the application is imported.
 """
+
 import importlib
 import sys
 

@@ -123,7 +123,10 @@ class Swarm:
     def counters(self, session_id: str | None = None) -> dict:
         with self.lock:
             sessions = [self.sessions[session_id]] if session_id else list(self.sessions.values())
-            return {k: sum(s[k] for s in sessions) for k in ("waiting_gens", "loading_models", "waiting_backends", "live_gens")}
+            return {
+                k: sum(s[k] for s in sessions)
+                for k in ("waiting_gens", "loading_models", "waiting_backends", "live_gens")
+            }
 
     def queue_generation(self, session_id: str, seconds: float, count: int) -> None:
         counters = self.sessions[session_id]
@@ -180,7 +183,7 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def log_message(self, fmt, *args):  # journal gets one line per request
-        sys.stderr.write("%s %s\n" % (self.command, self.path))
+        sys.stderr.write(f"{self.command} {self.path}\n")
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(code)
@@ -212,7 +215,9 @@ class Handler(BaseHTTPRequestHandler):
         if route.startswith("/API/") or route.startswith("/StandinTest/"):
             session_id = body.get("session_id")
             if session_id not in swarm.sessions:
-                return self._json({"error_id": "invalid_session_id", "error": "Invalid session ID. You may need to refresh the page."})
+                return self._json(
+                    {"error_id": "invalid_session_id", "error": "Invalid session ID. You may need to refresh the page."}
+                )
             if route == "/API/GetGlobalStatus":
                 return self._json({"status": swarm.counters(), "backend_status": swarm.backend_status(),
                                    "supported_features": ["comfyui"]})  # fmt: skip

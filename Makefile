@@ -1,0 +1,41 @@
+# gpu-rent: set-up, the test ground, tests. Every target works on a fresh
+# machine of this kind (Debian 12, root): what it needs, it installs.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: help setup ground-up ground-down test check lint unit
+
+help:
+	@echo "make setup        project venv (.venv) with gpu-rent and the dev tools"
+	@echo "make ground-up    start the test ground: OpenStack on 127.0.0.1 + target hosts"
+	@echo "make ground-down  stop everything ground-up started"
+	@echo "make test         setup + ground-up + lint + all tests (what CI runs)"
+	@echo "make check        lint + all tests against a ground that is already up"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/constraints.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -c requirements/constraints.txt -e '.[dev]' >/dev/null
+	touch $@
+
+ground-up:
+	ground/up.sh
+
+ground-down:
+	ground/down.sh
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+unit: setup
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+check: lint
+	$(BIN)/pytest --timeout 600 $(PYTEST_ARGS)
+
+test: setup ground-up check

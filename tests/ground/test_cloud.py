@@ -1,0 +1,126 @@
+"""Facts of the ground's OpenStack that gpu-rent relies on, as the member user."""
+
+import openstack
+import pytest
+from openstack import exceptions as os_exc
+
+from tests.groundkit import CLOUDS_YAML, POOL, unique, wait_until
+
+
+def test_member_user_is_not_admin(member_conn):
+    roles = member_conn.session.auth.get_access(member_conn.session).role_names
+    assert "admin" not in roles and "member" in roles
+    with pytest.raises(os_exc.ForbiddenException):
+        list(member_conn.compute.hypervisors())
+
+
+def test_boot_volume_from_image_is_bootable_and_data_volume_is_empty(cloud):
+    boot = cloud.volume(10, image=True)
+    data = cloud.volume(4)
+    assert boot.is_bootable is True
+    assert boot.availability_zone == POOL and boot.volume_type == f"fast.{POOL}"
+    assert data.is_bootable is False and data.size == 4
+
+
+def test_server_boots_from_existing_volume_with_data_volume_at_create(cloud, net):
+    boot, data = cloud.volume(10, image=True), cloud.volume(4)
+    server = cloud.server(net, boot, data, tags=["gpu-rent", "preemptible"])
+    assert server.status == "ACTIVE"
+    assert sorted(server.tags) == ["gpu-rent", "preemptible"]
+    assert server.availability_zone == POOL
+    # microversion 2.79 shows delete_on_termination per attachment
+    attachments = cloud.conn.compute.get(f"/servers/{server.id}/os-volume_attachments", microversion="2.79").json()
+    by_volume = {a["volumeId"]: a for a in attachments["volumeAttachments"]}
+    assert set(by_volume) == {boot.id, data.id}
+    assert min(by_volume.values(), key=lambda a: a["device"])["volumeId"] == boot.id  # boot volume is the root disk
+    assert all(a["delete_on_termination"] is False for a in by_volume.values())
+    assert not (server.image or {}).get("id")  # no image: it booted from the volume
+
+
+def test_shelve_offloads_and_unshelve_returns(cloud, net):
+    server = cloud.server(net, cloud.volume(10, image=True), cloud.volume(4))
+    cloud.conn.compute.shelve_server(server)
+    shelved = cloud.conn.compute.wait_for_server(server, status="SHELVED_OFFLOADED", failures=["ERROR"], wait=120)
+    assert shelved.status == "SHELVED_OFFLOADED"
+    cloud.conn.compute.unshelve_server(server)
+    back = cloud.conn.compute.wait_for_server(server, status="ACTIVE", failures=["ERROR"], wait=120)
+    assert back.status == "ACTIVE"
+
+
+def test_deleting_the_server_keeps_both_volumes_and_the_boot_volume_boots_again(cloud, net):
+    boot, data = cloud.volume(10, image=True), cloud.volume(4)
+    first = cloud.server(net, boot, data)
+    cloud.delete_server(first.id)
+    for vol in (boot, data):
+        again = cloud.conn.block_storage.wait_for_status(vol, "available", failures=["error"], wait=60)
+        assert again.status == "available"
+    second = cloud.server(net, boot, data)
+    assert second.id != first.id and second.status == "ACTIVE"
+
+
+def test_preferred_flavor_has_no_valid_host_and_the_fallback_fits(cloud, net):
+    boot = cloud.volume(10, image=True)
+    failed = cloud.server(net, boot, flavor="gpu.a100.1", wait=False)
+    failed = cloud.conn.compute.wait_for_server(failed, status="ERROR", failures=["ACTIVE"], wait=60)
+    assert "No valid host" in failed.fault["message"]
+    # an ERROR server keeps its volume reserved until it is deleted
+    cloud.delete_server(failed.id)
+    cloud.conn.block_storage.wait_for_status(boot, "available", wait=60)
+    fallback = cloud.server(net, boot, flavor="gpu.l4.1")
+    assert fallback.status == "ACTIVE"
+    assert cloud.conn.compute.find_flavor("gpu.l4.1").extra_specs["gpu:model"] == "L4-24GB"
+
+
+def _app_credential_connection(member_conn, rules):
+    user_id = member_conn.current_user_id
+    cred = member_conn.identity.create_application_credential(user_id, name=unique("t-killer"), access_rules=rules)
+    conn = openstack.connect(
+        auth_type="v3applicationcredential",
+        auth={
+            "auth_url": member_conn.auth["auth_url"],
+            "application_credential_id": cred.id,
+            "application_credential_secret": cred.secret,
+        },
+        region_name="RegionOne",
+        load_yaml_config=False,
+    )
+    return cred, conn
+
+
+def test_application_credential_with_access_rules_deletes_a_server_and_nothing_else(cloud, net):
+    server = cloud.server(net, cloud.volume(10, image=True))
+    rules = [{"service": "compute", "method": "DELETE", "path": "/v2.1/servers/*"}]
+    cred, killer = _app_credential_connection(cloud.conn, rules)
+    cloud.later(lambda: cloud.conn.identity.delete_application_credential(cloud.conn.current_user_id, cred.id))
+    flavor_id = cloud.conn.compute.find_flavor("m1.small").id
+    with pytest.raises(os_exc.HttpException) as refused:
+        killer.compute.create_server(name="nope", flavor_id=flavor_id, networks="none")
+    assert refused.value.status_code in (401, 403)
+    with pytest.raises(os_exc.HttpException) as refused:
+        list(killer.block_storage.volumes())
+    assert refused.value.status_code in (401, 403)
+    with pytest.raises(os_exc.HttpException) as refused:
+        killer.block_storage.delete_volume(server.attached_volumes[0]["id"])
+    assert refused.value.status_code in (401, 403)
+    killer.compute.delete_server(server.id)
+    wait_until("server deleted", lambda: cloud.conn.compute.find_server(server.id, ignore_missing=True) is None, 60)
+
+
+def test_snapshot_of_the_in_use_boot_volume(cloud, net):
+    boot = cloud.volume(10, image=True)
+    cloud.server(net, boot)
+    snap = cloud.conn.block_storage.create_snapshot(volume_id=boot.id, name="gpu-rent-boot-ok", force=True)
+    snap = cloud.conn.block_storage.wait_for_status(snap, "available", failures=["error"], wait=60)
+    assert snap.volume_id == boot.id and snap.size == 10
+
+    def drop_snapshot_first():  # a volume with snapshots cannot be deleted
+        cloud.conn.block_storage.delete_snapshot(snap, ignore_missing=True)
+        cloud.conn.block_storage.wait_for_delete(snap, wait=60)
+
+    cloud.later(drop_snapshot_first)
+
+
+def test_clouds_yaml_names_both_clouds(member_conn):
+    text = CLOUDS_YAML.read_text()
+    assert "  ground:\n" in text and "  ground-admin:\n" in text
+    assert CLOUDS_YAML.stat().st_mode & 0o077 == 0
