@@ -5,6 +5,13 @@
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
+# everything recorded, with children, so the end can prove none is left
+recorded=()
+for f in "$RUN"/*.pid; do
+  [ -e "$f" ] || continue
+  p=$(cat "$f"); alive "$p" && recorded+=("$p" $(descendants "$p"))
+done
+
 if [ -d "$RUN" ]; then
   for name in agent git-daemon; do   # the agent first, so it starts no host meanwhile
     [ -f "$RUN/$name.pid" ] && { stop_pids 10 "$(cat "$RUN/$name.pid")"; rm -f "$RUN/$name.pid"; }
@@ -25,7 +32,6 @@ if [ -f "$RUN/bridge" ]; then
   rm -f "$RUN/bridge"
 fi
 
-[ -d "$RUN" ] || exit 0
 services=()
 for f in "$RUN"/*.pid; do
   [ -e "$f" ] || continue
@@ -42,5 +48,19 @@ for name in rabbit-beam rabbit epmd mysqld; do
   [ -f "$RUN/$name.pid" ] && { stop_pids 30 "$(cat "$RUN/$name.pid")"; rm -f "$RUN/$name.pid"; }
 done
 rm -f "$RUN"/mysqld.real.pid "$RUN"/mysqld.sock
-log "ground down"
+
+left=()
+for p in "${recorded[@]}"; do alive "$p" && left+=("process $p ($(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80))"); done
+command -v podman >/dev/null && for c in $(podman ps -aq --filter label=gpu-rent-ground); do left+=("container $c"); done
+for backing in "$S"/hosts/volumes/*.img; do
+  [ -e "$backing" ] && for loop in $(losetup -j "$backing" -O NAME -n 2>/dev/null); do left+=("loop device $loop"); done
+done
+while read -r _ target _; do
+  case $target in "$G"/*) left+=("mount $target") ;; esac
+done < /proc/mounts
+if [ ${#left[@]} -gt 0 ]; then
+  printf 'ground-down left behind: %s\n' "${left[@]}" >&2
+  exit 1
+fi
+log "ground down: no process, container, loop device or mount left"
 exit 0

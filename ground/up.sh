@@ -8,6 +8,15 @@ T_START=$(date +%s); export T_START
 . "$(dirname "$0")/lib.sh"
 
 "$GROUND_SRC/down.sh" >/dev/null 2>&1 || true
+# one ground per machine: the cloud's ports and the hosts' subnet are fixed
+for port in 3306 5000 5672 8774 9696; do
+  if (exec 3<>"/dev/tcp/$API/$port") 2>/dev/null; then
+    die "$API:$port is taken: another ground runs (make ground-down in its checkout) or another program holds it"
+  fi
+done
+if ip route show "$EXT_CIDR" 2>/dev/null | grep -q .; then
+  die "the hosts' subnet $EXT_CIDR is already routed: another ground runs (make ground-down in its checkout)"
+fi
 rm -rf "$S" "$ETC" "$LOG" "$RUN" "$G/project" "$G/git"
 mkdir -p "$S" "$ETC" "$LOG" "$RUN"
 "$GROUND_SRC/install.sh"

@@ -31,5 +31,6 @@ if [ ! -f "$rootfs/.gpu-rent-ground-built" ]; then
   touch "$rootfs/.gpu-rent-ground-built"
 fi
 tar -C "$rootfs" --exclude=./.gpu-rent-ground-built -c . | podman import \
-  --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$image" >/dev/null
+  --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$image" >"$cache/import.log" 2>&1 \
+  || { echo "podman import failed, see $cache/import.log" >&2; exit 1; }
 echo "$image"
