@@ -108,7 +108,7 @@ class Cloud:
         c.network.add_interface_to_router(router, subnet_id=subnet.id)
 
         def drop_router():
-            c.network.remove_interface_from_router(router, subnet_id=subnet.id)
+            c.network.remove_interface_from_router(router, subnet=subnet.id)
             c.network.delete_router(router, ignore_missing=True)
 
         self.later(drop_router)

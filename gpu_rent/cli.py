@@ -1,0 +1,221 @@
+"""gpu-rent: rent a preemptible OpenStack GPU VM for SwarmUI that deletes itself when idle.
+
+Exit codes: 0 done; 1 a cloud or playbook step failed (the message names it);
+2 bad input (configuration, arguments, missing key, refused without its flag);
+3 another gpu-rent command is running in this project; 4 the cloud did not
+answer or refused the credentials; 130 canceled with Ctrl+C.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gpu_rent import __version__, cloud, config
+from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress
+from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
+from gpu_rent.report import doctor_checks, status_report
+from gpu_rent.state import StateError, StateStore
+
+app = typer.Typer(
+    name="gpu-rent",
+    help=__doc__.split("\n\n")[0],
+    epilog=__doc__.split("\n\n")[1].replace("\n", " "),
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+ProjectOption = Annotated[
+    Path,
+    typer.Option(
+        "--project",
+        "-p",
+        envvar="GPU_RENT_PROJECT",
+        help="Project folder with .env and gpu-rent.vars.",
+        show_default="the current folder",
+    ),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"gpu-rent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Rent a preemptible OpenStack GPU VM for SwarmUI; it deletes itself when idle, the disks stay."""
+
+
+def _settings(project: Path) -> config.Settings:
+    try:
+        return config.load(project)
+    except config.ConfigError as e:
+        error(str(e))
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+
+
+def _fail(e: Exception) -> typer.Exit:
+    """One line for the user, and the exit code that goes with the kind of failure."""
+    if isinstance(e, config.ConfigError):
+        error(str(e))
+        return typer.Exit(ExitCode.BAD_INPUT)
+    if isinstance(e, StateError) and type(e).__name__ == "StateLocked":
+        error(str(e))
+        return typer.Exit(ExitCode.BUSY)
+    if isinstance(e, CloudUnreachable):
+        error(str(e))
+        return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
+    if isinstance(e, OperationFailed):
+        if e.canceled:
+            note(str(e))
+            return typer.Exit(ExitCode.CANCELED)
+        error(str(e))
+        return typer.Exit(ExitCode.FAILED)
+    error(str(e))
+    return typer.Exit(ExitCode.FAILED)
+
+
+HANDLED = (config.ConfigError, StateError, CloudUnreachable, OperationFailed)
+
+
+def _rental(settings: config.Settings) -> Rental:
+    return Rental(settings, say=note, progress=playbook_progress)
+
+
+def _plan_table(items: list[PlanItem]) -> Table:
+    table = Table(box=None, show_header=False, pad_edge=False)
+    for item in items:
+        style = "bold yellow" if item.action == "create" else "dim"
+        table.add_row(f"[{style}]{item.action}[/]", item.what, item.name, item.detail)
+    return table
+
+
+@app.command()
+def up(
+    project: ProjectOption = Path("."),
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Rent without asking.")] = False,
+) -> None:
+    """Rent the VM (or reuse the running one) and bring it to the next phase.
+
+    Before renting it says what it will rent and the most it costs per hour, and asks.
+    """
+    settings = _settings(project)
+
+    def confirm(items: list[PlanItem]) -> bool:
+        console.print(_plan_table(items))
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise config.ConfigError("arguments", "up would rent a server: confirm with --yes (no terminal to ask on)")
+        return typer.confirm("Rent it?", default=False)
+
+    try:
+        state, result = _rental(settings).up(confirm)
+    except HANDLED as e:
+        raise _fail(e) from None
+    changed = result.changed.get("localhost", 0)
+    r = state.resources
+    console.print(
+        f"[green]rented[/] {settings.name} ({state.flavor} in {state.pool}) at {r.get('floating_ip_address')}; "
+        f"cloud: {changed} changed; phase {state.phase}"
+    )
+    note("SwarmUI install and the idle-killer come next (bootstrap); `gpu-rent stop` deletes the VM, keeps the disks")
+
+
+@app.command()
+def stop(project: ProjectOption = Path(".")) -> None:
+    """Delete the VM and its floating IP; the boot and data volumes stay for the next up."""
+    settings = _settings(project)
+    try:
+        state = _rental(settings).stop()
+    except HANDLED as e:
+        raise _fail(e) from None
+    kept = ", ".join(f"{k} {v}" for k, v in state.resources.items() if k in ("boot_volume", "data_volume"))
+    console.print(f"[green]stopped[/]: no server is billing; kept {kept or 'no volumes'}")
+
+
+@app.command()
+def destroy(
+    project: ProjectOption = Path("."),
+    i_understand_data_loss: Annotated[
+        bool,
+        typer.Option("--i-understand-data-loss", help="Required: the volumes (models, outputs, settings) are deleted."),
+    ] = False,
+) -> None:
+    """Delete everything: the VM, the floating IP, both volumes, the network. Only with --i-understand-data-loss."""
+    settings = _settings(project)
+    if not i_understand_data_loss:
+        error(
+            "destroy deletes the boot and data volumes (every model, output and setting): pass --i-understand-data-loss"
+        )
+        raise typer.Exit(ExitCode.BAD_INPUT)
+    try:
+        _rental(settings).destroy()
+    except HANDLED as e:
+        raise _fail(e) from None
+    console.print("[green]destroyed[/]: nothing of this project is left in the cloud")
+
+
+@app.command()
+def status(
+    project: ProjectOption = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """Ask the cloud (never only the local state): phase, server, address, volumes, cost, leftovers."""
+    settings = _settings(project)
+    try:
+        report = status_report(settings, say=note)
+    except HANDLED as e:
+        raise _fail(e) from None
+    if as_json:
+        console.print_json(json.dumps(report.to_json()))
+        return
+    report.render(console)
+
+
+@app.command()
+def doctor(project: ProjectOption = Path(".")) -> None:
+    """Check auth, the catalog, flavors, image, network, quotas and the SSH key. Never changes anything."""
+    settings = _settings(project)
+    checks = doctor_checks(settings)
+    for check in checks:
+        mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
+        console.print(f"{mark} {check.name}: {check.detail}")
+    if not all(c.ok for c in checks):
+        raise typer.Exit(ExitCode.FAILED)
+
+
+@app.command("dry-run")
+def dry_run(project: ProjectOption = Path(".")) -> None:
+    """Show what `up` would create or reuse, without changing anything."""
+    settings = _settings(project)
+    try:
+        conn = connect(settings)
+        view = cloud.observe(conn, settings.name)
+        items = plan(settings, view, conn)
+    except HANDLED as e:
+        raise _fail(e) from None
+    console.print(_plan_table(items))
+    state = load_state(StateStore(settings.project_dir), note)
+    console.print(f"[dim]phase now: {state.phase}[/]")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("canceled")
+        sys.exit(ExitCode.CANCELED)

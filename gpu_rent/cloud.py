@@ -1,0 +1,164 @@
+"""What the cloud really has, and what the state should say about it.
+
+Read-only: status, reconcile and doctor look at the cloud through openstacksdk;
+only playbooks change it. `observe` gathers one snapshot; `reconcile` and
+`leftovers` are pure functions of (state, snapshot) so they are unit-tested
+without a cloud.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from gpu_rent.state import Phase, State
+
+TAG = "gpu-rent"
+
+
+@dataclass(frozen=True)
+class Server:
+    id: str
+    name: str
+    status: str
+    vm_state: str | None
+    tags: tuple[str, ...]
+    flavor: str | None
+    created: str | None
+    addresses: tuple[str, ...]  # floating addresses
+    fault: str | None = None
+
+
+@dataclass(frozen=True)
+class Volume:
+    id: str
+    name: str
+    status: str
+    size: int
+    availability_zone: str | None
+
+
+@dataclass(frozen=True)
+class FloatingIP:
+    id: str
+    address: str
+    port_id: str | None
+    description: str
+    fixed_address: str | None
+
+
+@dataclass(frozen=True)
+class CloudView:
+    """One look at the project: its tagged servers, our volumes, its floating IPs."""
+
+    servers: tuple[Server, ...] = ()
+    volumes: tuple[Volume, ...] = ()
+    floating_ips: tuple[FloatingIP, ...] = ()
+    snapshots: tuple[str, ...] = ()
+    taken_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def server(self, name: str) -> Server | None:
+        return next((s for s in self.servers if s.name == name), None)
+
+    def volume(self, name: str) -> Volume | None:
+        return next((v for v in self.volumes if v.name == name), None)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """Something billable that no state owns, with the command that deletes it."""
+
+    kind: str
+    id: str
+    detail: str
+    delete_command: str
+
+
+def names(prefix: str) -> dict[str, str]:
+    return {
+        "server": prefix,
+        "boot_volume": f"{prefix}-boot",
+        "data_volume": f"{prefix}-data",
+        "floating_ip_description": f"gpu-rent {prefix}",
+        "keypair": f"{prefix}-key",
+        "security_group": f"{prefix}-ssh",
+        "snapshot": f"{prefix}-boot-ok",
+    }
+
+
+def observe(conn, prefix: str) -> CloudView:
+    wanted = names(prefix)
+    servers = []
+    for s in conn.compute.servers(details=True, tags=TAG):
+        floating = tuple(
+            a["addr"] for net in (s.addresses or {}).values() for a in net if a.get("OS-EXT-IPS:type") == "floating"
+        )
+        fault = (s.fault or {}).get("message") if s.fault else None
+        flavor = (s.flavor or {}).get("original_name") or (s.flavor or {}).get("name")
+        servers.append(
+            Server(s.id, s.name, s.status, s.vm_state, tuple(s.tags or ()), flavor, s.created_at, floating, fault)
+        )
+    volumes = tuple(
+        Volume(v.id, v.name, v.status, v.size, v.availability_zone)
+        for v in conn.block_storage.volumes(details=True)
+        if v.name in (wanted["boot_volume"], wanted["data_volume"])
+    )
+    ips = tuple(
+        FloatingIP(ip.id, ip.floating_ip_address, ip.port_id, ip.description or "", ip.fixed_ip_address)
+        for ip in conn.network.ips()
+    )
+    snapshots = tuple(s.id for s in conn.block_storage.snapshots(details=False) if s.name == wanted["snapshot"])
+    return CloudView(tuple(servers), volumes, ips, snapshots)
+
+
+def reconcile(state: State, view: CloudView, prefix: str) -> tuple[Phase, str]:
+    """The phase the cloud supports, and why, without touching the cloud.
+
+    A gpu-rent server alive with no local process is normal (ready_cloud or
+    whatever the state says); a state that thinks a server runs when the cloud
+    has none goes back to idle (the idle-killer, a direct stop, or preemption).
+    """
+    server = view.server(names(prefix)["server"])
+    if server is None:
+        if state.phase is Phase.IDLE:
+            return Phase.IDLE, "no server"
+        return Phase.IDLE, "the server is gone (stopped elsewhere or deleted by the idle-killer)"
+    if state.phase is Phase.IDLE:
+        # a server the state does not know: a direct `ansible-playbook up.yml`, or a lost state file
+        return Phase.PROVISIONING, f"server {server.id} exists but the state said idle"
+    return state.phase, f"server {server.status.lower()}"
+
+
+def leftovers(state: State, view: CloudView, prefix: str) -> list[Leftover]:
+    """Every billable thing that no state owns, each with its delete command."""
+    ours = names(prefix)
+    owned_server = state.resources.get("server")
+    found = []
+    for s in view.servers:
+        if s.name == ours["server"] and (owned_server in (None, s.id)):
+            continue  # ours: either recorded, or recorded state was lost and status reconciles it
+        found.append(
+            Leftover(
+                "server",
+                s.id,
+                f"{s.name} ({s.status}, tags {','.join(s.tags)}) is not this project's server",
+                f"openstack server delete {s.id}",
+            )
+        )
+    owned_ip = state.resources.get("floating_ip")
+    for ip in view.floating_ips:
+        if ip.port_id:
+            continue  # attached: billed with its server, named there
+        mine = ip.description == ours["floating_ip_description"]
+        if mine and ip.id == owned_ip:
+            continue  # kept on purpose (KEEP_FLOATING_IP)
+        why = "gpu-rent's floating IP, left after its server went" if mine else "unattached floating IP"
+        found.append(Leftover("floating_ip", ip.id, f"{ip.address}: {why}", f"openstack floating ip delete {ip.id}"))
+    return found
+
+
+def alive_minutes(server: Server, now: datetime | None = None) -> float | None:
+    if not server.created:
+        return None
+    created = datetime.fromisoformat(server.created.replace("Z", "+00:00"))
+    return ((now or datetime.now(UTC)) - created).total_seconds() / 60

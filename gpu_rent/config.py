@@ -1,0 +1,524 @@
+"""A project's configuration: `gpu-rent.vars` (settings) and `.env` (secrets, cloud auth) as one frozen object.
+
+Every problem becomes one `ConfigError` line naming the file, the line when known, and the key, so the CLI can
+print it and exit 2 before anything in the cloud is touched (SPEC §3).
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import openstack.config
+import openstack.connection
+import openstack.exceptions
+from dotenv import dotenv_values
+from openstack.config.cloud_region import CloudRegion
+
+VARS_FILE = "gpu-rent.vars"
+ENV_FILE = ".env"
+RUNTIME_DIR = ".gpu-rent"
+DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
+
+
+class ConfigError(Exception):
+    """One line: `<file>[:<line>]: <what is wrong and what is expected>`."""
+
+    def __init__(self, file: str, message: str, *, line: int | None = None, key: str | None = None):
+        # Messages may quote text from outside (openstacksdk errors); the CLI promises one line.
+        self.file, self.line, self.key = file, line, key
+        self.message = " ".join(message.split())
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
+
+
+# --- the settings table ---------------------------------------------------------------------------------------------
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "required"
+
+
+REQUIRED: Any = _Required()
+
+
+class Key(NamedTuple):
+    kind: str  # what a valid value looks like; ends every "bad value" message
+    default: Any  # REQUIRED, or the value used when the key is absent or empty
+    meaning: str  # one line for docs; also ends the "is required" message
+
+
+KEYS: dict[str, Key] = {
+    "POOL": Key("text", REQUIRED, "the availability zone (pool) to rent in, e.g. POOL=ru-7a"),
+    "POOL_FALLBACK": Key("comma-separated list", (), "pools to try, in order, when POOL has no capacity"),
+    "FLAVOR": Key("text", REQUIRED, "the flavor to rent, e.g. FLAVOR=gpu.a100.1"),
+    "FLAVOR_FALLBACK": Key("comma-separated list", (), "flavors to try, in order, when FLAVOR has no capacity"),
+    "IMAGE": Key("text", REQUIRED, "the boot image name or id, e.g. IMAGE=Ubuntu 22.04 LTS 64-bit"),
+    "VOLUME_TYPE": Key("text", None, "volume type for the boot and data volumes (empty: the cloud's default)"),
+    "BOOT_VOLUME_GB": Key("GiB, at least 1", 50, "size of the boot volume"),
+    "DATA_VOLUME_GB": Key("GiB, at least 1", 100, "size of the data volume (models, output) that outlives the VM"),
+    "IDLE_MINUTES": Key("minutes, at least 1", 30, "the VM deletes itself after this long with an idle backend"),
+    "IDLE_GRACE_MINUTES": Key("minutes, at least 0", 45, "extra idle allowance right after start-up"),
+    "LOCAL_PORT": Key("a TCP port, 1..65535", 17801, "SwarmUI on this machine: http://127.0.0.1:LOCAL_PORT"),
+    "REMOTE_PORT": Key("a TCP port, 1..65535", 7801, "SwarmUI's port on the VM (reached only through SSH)"),
+    "PULL_OUTPUT": Key("true/false, yes/no, on/off or 1/0", True, "copy generated images here before stopping"),
+    "KEEP_FLOATING_IP": Key("true/false, yes/no, on/off or 1/0", False, "keep the floating IP between rentals"),
+    "OPERATOR_CIDR": Key(
+        "auto, or an IP address or network such as 203.0.113.7/32",
+        "auto",
+        "who may reach SSH on the VM (auto: this machine's public address)",
+    ),
+    "SSH_USER": Key("lowercase a-z, 0-9, _ and -, not starting with a digit or -", "root", "SSH login user on the VM"),
+    "PRICE_PER_HOUR": Key("a number, 0 or more, e.g. 1.25", None, "price of the flavor per hour, for cost display"),
+    "NAME": Key("a lowercase letter, then up to 30 of a-z, 0-9 and -", "gpu-rent", "prefix of every cloud resource"),
+    "EXTERNAL_NETWORK": Key("text", None, "network for the floating IP (empty: the cloud's only external one)"),
+    "SUBNET_CIDR": Key("an IPv4 network of /29 or larger, e.g. 192.168.77.0/24", "192.168.77.0/24", "private subnet"),
+    "SWARMUI_REPO": Key("text", "https://github.com/mcmonkeyprojects/SwarmUI.git", "git URL SwarmUI is cloned from"),
+    "SWARMUI_VERSION": Key("text", "master", "branch, tag or commit of SwarmUI"),
+    "REQUIRE_GPU": Key("true/false, yes/no, on/off or 1/0", True, "refuse to continue when the VM shows no GPU"),
+}
+
+
+class _Bad(ValueError):
+    """A parser's complaint, e.g. "is not a whole number"; the loader adds file, line, key and Key.kind."""
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+def _list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        # int() alone would also take "1_000" and non-ASCII digits; a settings file should not.
+        if not re.fullmatch(r"[+-]?[0-9]+", raw):
+            raise _Bad("is not a whole number")
+        value = int(raw)
+        if value < low or (high is not None and value > high):
+            raise _Bad("is out of range")
+        return value
+
+    return parse
+
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+
+
+def _bool(raw: str) -> bool:
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise _Bad("is not a yes/no value")
+
+
+def _price(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _Bad("is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise _Bad("is out of range")
+    return value
+
+
+def _operator_cidr(raw: str) -> str:
+    if raw.lower() == "auto":
+        return "auto"
+    try:
+        # strict=False: "203.0.113.7/24" means "my /24", and a bare address becomes /32 or /128.
+        return str(ipaddress.ip_network(raw, strict=False))
+    except ValueError:
+        raise _Bad("is not an IP network") from None
+
+
+def _subnet_cidr(raw: str) -> str:
+    try:
+        network = ipaddress.ip_network(raw, strict=False)
+    except ValueError:
+        raise _Bad("is not an IPv4 network") from None
+    if network.version != 4:
+        raise _Bad("is not an IPv4 network")
+    # A /30 leaves no address for the VM once the router and DHCP port have theirs.
+    if network.prefixlen > 29:
+        raise _Bad("is too small")
+    return str(network)
+
+
+def _matching(pattern: str, problem: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if not re.fullmatch(pattern, raw):
+            raise _Bad(problem)
+        return raw
+
+    return parse
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "POOL": _text,
+    "POOL_FALLBACK": _list,
+    "FLAVOR": _text,
+    "FLAVOR_FALLBACK": _list,
+    "IMAGE": _text,
+    "VOLUME_TYPE": _text,
+    "BOOT_VOLUME_GB": _whole(1),
+    "DATA_VOLUME_GB": _whole(1),
+    "IDLE_MINUTES": _whole(1),
+    "IDLE_GRACE_MINUTES": _whole(0),
+    "LOCAL_PORT": _whole(1, 65535),
+    "REMOTE_PORT": _whole(1, 65535),
+    "PULL_OUTPUT": _bool,
+    "KEEP_FLOATING_IP": _bool,
+    "OPERATOR_CIDR": _operator_cidr,
+    "SSH_USER": _matching(r"[a-z_][a-z0-9_-]*", "is not a valid user name"),
+    "PRICE_PER_HOUR": _price,
+    "NAME": _matching(r"[a-z][a-z0-9-]{0,30}", "is not a valid name"),
+    "EXTERNAL_NETWORK": _text,
+    "SUBNET_CIDR": _subnet_cidr,
+    "SWARMUI_REPO": _text,
+    "SWARMUI_VERSION": _text,
+    "REQUIRE_GPU": _bool,
+}
+assert _PARSERS.keys() == KEYS.keys()
+
+
+# --- gpu-rent.vars --------------------------------------------------------------------------------------------------
+
+
+def _unquote(key: str, value: str, line: int) -> str:
+    if value[:1] in ("'", '"'):
+        if len(value) < 2 or value[-1] != value[0]:
+            raise ConfigError(VARS_FILE, f"{key}={value} has an unmatched quote", line=line, key=key)
+        return value[1:-1]
+    return value
+
+
+def _unknown_key(key: str, line: int) -> ConfigError:
+    close = difflib.get_close_matches(key.upper(), KEYS, n=1)
+    hint = f"did you mean {close[0]}?" if close else "known keys: " + ", ".join(KEYS)
+    return ConfigError(VARS_FILE, f"unknown key {key} ({hint})", line=line, key=key)
+
+
+def _read_lines(path: Path) -> dict[str, tuple[str, int]]:
+    """KEY -> (unquoted value, line number); only the file's shape is checked here, not the values."""
+    found: dict[str, tuple[str, int]] = {}
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        stripped = text.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if "=" not in stripped:
+            shown = stripped if len(stripped) <= 40 else stripped[:37] + "..."
+            raise ConfigError(VARS_FILE, f"line {shown!r} has no '=' (expected KEY=VALUE)", line=number)
+        key, _, value = (part.strip() for part in stripped.partition("="))
+        if not key:
+            raise ConfigError(VARS_FILE, "line has no key before '=' (expected KEY=VALUE)", line=number)
+        if key not in KEYS:
+            raise _unknown_key(key, number)
+        if key in found:
+            first = found[key][1]
+            raise ConfigError(VARS_FILE, f"{key} is given twice (lines {first} and {number})", line=number, key=key)
+        found[key] = (_unquote(key, value, number), number)
+    return found
+
+
+def _read_vars(project_dir: Path) -> dict[str, Any]:
+    path = project_dir / VARS_FILE
+    if not path.is_file():
+        hint = "run gpu-rent in a project folder, or pass --project"
+        raise ConfigError(VARS_FILE, f"not found in {project_dir} ({hint})")
+    try:
+        found = _read_lines(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(VARS_FILE, f"cannot read: {exc}") from None
+    values: dict[str, Any] = {}
+    for key, spec in KEYS.items():
+        raw, line = found.get(key, ("", None))
+        # An empty value means "the default", so a template can list every key with nothing filled in.
+        if raw == "":
+            if spec.default is REQUIRED:
+                raise ConfigError(VARS_FILE, f"{key} is required ({spec.meaning})", line=line, key=key)
+            values[key] = spec.default
+            continue
+        try:
+            values[key] = _PARSERS[key](raw)
+        except _Bad as bad:
+            raise ConfigError(VARS_FILE, f"{key}={raw} {bad} ({spec.kind})", line=line, key=key) from None
+    return values
+
+
+# --- .env and cloud auth ---------------------------------------------------------------------------------------------
+
+ENV_KEYS = ("GPU_RENT_SSH_KEY", "CIVITAI_TOKEN")
+# Selectors that pick a clouds.yaml entry rather than being auth values themselves.
+_CLOUD_SELECTORS = {"OS_CLOUD", "OS_CLOUD_NAME", "OS_CLIENT_CONFIG_FILE", "OS_CLIENT_SECURE_FILE"}
+# With OS_CLOUD, clouds.yaml is the whole truth except these: a shell that still has another project's openrc
+# sourced must not silently redirect this project to that project's endpoint or user.
+_CLOUD_OVERRIDES = {"OS_REGION_NAME": "region_name", "OS_INTERFACE": "interface"}
+
+
+def _read_env(project_dir: Path) -> dict[str, str] | None:
+    """The .env file's values, or None when there is no .env; nothing is put into os.environ."""
+    path = project_dir / ENV_FILE
+    if not path.exists():
+        return None
+    try:
+        # interpolate=False: a password containing "${" must arrive as written.
+        raw = dotenv_values(path, interpolate=False)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(ENV_FILE, f"cannot read: {exc}") from None
+    values: dict[str, str] = {}
+    for key, value in raw.items():
+        if not (key.startswith("OS_") or key in ENV_KEYS):
+            raise ConfigError(
+                ENV_FILE, f"unknown key {key} (allowed: OS_* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN)", key=key
+            )
+        if value is None:
+            raise ConfigError(ENV_FILE, f"{key} has no value (expected {key}=VALUE)", key=key)
+        # Empty means unset; otherwise kept exactly, since a quoted password may well start with a space.
+        if value.strip():
+            values[key] = value
+    return values
+
+
+def _merged_env(file_env: dict[str, str] | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """OS_*, GPU_RENT_SSH_KEY and CIVITAI_TOKEN from the process environment, overridden by .env."""
+    wanted = {k: v for k, v in environ.items() if (k.startswith("OS_") or k in ENV_KEYS) and v.strip()}
+    if file_env is None:
+        if "OS_CLOUD" not in wanted and "OS_AUTH_URL" not in wanted:
+            raise ConfigError(
+                ENV_FILE,
+                "not found, and the environment has no OS_CLOUD or OS_AUTH_URL "
+                "(create .env with OS_CLOUD=<cloud in clouds.yaml>, or OS_AUTH_URL and the other OS_* variables)",
+            )
+        return wanted
+    # .env picks the kind of auth: a stray OS_CLOUD in the shell must not turn an OS_AUTH_URL .env into a
+    # clouds.yaml lookup.
+    if "OS_AUTH_URL" in file_env and "OS_CLOUD" not in file_env:
+        wanted.pop("OS_CLOUD", None)
+    return {**wanted, **file_env}
+
+
+@dataclass(frozen=True)
+class CloudAuth:
+    """What is needed to reach the cloud: a clouds.yaml entry, or OS_* values given directly."""
+
+    cloud: str | None = None
+    config_file: Path | None = None
+    # keyword arguments for OpenStackConfig.get_one(); holds the password, so never shown.
+    options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def __repr__(self) -> str:
+        if self.cloud:
+            file = str(self.config_file) if self.config_file else None
+            return f"CloudAuth(cloud={self.cloud!r}, config_file={file!r})"
+        return f"CloudAuth(auth_url={dict(self.options).get('auth_url')!r})"
+
+    def openstack_config(self) -> openstack.config.OpenStackConfig:
+        # load_envvars=False: only what load() resolved counts, not whatever the shell happens to export.
+        if self.cloud:
+            files = [str(self.config_file)] if self.config_file else None
+            return openstack.config.OpenStackConfig(config_files=files, load_envvars=False, app_name="gpu-rent")
+        return openstack.config.OpenStackConfig(load_yaml_config=False, load_envvars=False, app_name="gpu-rent")
+
+    def region(self) -> CloudRegion:
+        """The resolved cloud configuration (no network)."""
+        config = self.openstack_config()
+        if self.cloud:
+            return config.get_one(self.cloud, **dict(self.options))
+        return config.get_one(**dict(self.options))
+
+    def connect(self) -> openstack.connection.Connection:
+        return openstack.connection.Connection(config=self.region())
+
+    def ansible_params(self) -> dict[str, Any]:
+        """The openstack.cloud modules' auth, auth_type, region_name and interface parameters."""
+        region = self.region()
+        # Everything openstacksdk resolved goes to Ansible (which uses openstacksdk too), so clouds.yaml entries
+        # with e.g. project_domain_id work there exactly as they do here.
+        auth = {k: v for k, v in region.config["auth"].items() if v not in (None, "")}
+        params = {
+            "auth": auth,
+            "auth_type": region.config.get("auth_type"),
+            "region_name": region.region_name,
+            "interface": region.config.get("interface"),
+        }
+        return {k: v for k, v in params.items() if v not in (None, "")}
+
+    def describe(self) -> str:
+        """Short human text, e.g. `cloud "ground" (http://127.0.0.1:5000/v3), project gpu-rent`."""
+        auth = self.region().config["auth"]
+        head = f'cloud "{self.cloud}"' if self.cloud else "OS_AUTH_URL"
+        text = f"{head} ({auth.get('auth_url')})"
+        project = auth.get("project_name") or auth.get("project_id")
+        return f"{text}, project {project}" if project else text
+
+
+def _source(key: str, file_env: dict[str, str] | None) -> str:
+    return ENV_FILE if file_env is not None and key in file_env else "environment"
+
+
+def _cloud_auth(env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path) -> CloudAuth:
+    if env.get("OS_CLOUD"):
+        return _named_cloud(env, file_env, project_dir)
+    if env.get("OS_AUTH_URL"):
+        options = {k[3:].lower(): v for k, v in env.items() if k.startswith("OS_") and k not in _CLOUD_SELECTORS}
+        auth = CloudAuth(options=tuple(sorted(options.items())))
+        try:
+            auth.region()
+        except openstack.exceptions.SDKException as exc:
+            raise ConfigError(_source("OS_AUTH_URL", file_env), f"OS_* cloud auth: {exc}", key="OS_AUTH_URL") from None
+        return auth
+    raise ConfigError(
+        ENV_FILE,
+        "no cloud auth: set OS_CLOUD (with clouds.yaml) or OS_AUTH_URL and the other OS_* variables",
+        key="OS_CLOUD",
+    )
+
+
+def _named_cloud(env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path) -> CloudAuth:
+    name = env["OS_CLOUD"]
+    config_file = None
+    if env.get("OS_CLIENT_CONFIG_FILE"):
+        given = env["OS_CLIENT_CONFIG_FILE"]
+        config_file = project_dir / Path(given).expanduser()
+        if not config_file.is_file():
+            raise ConfigError(
+                _source("OS_CLIENT_CONFIG_FILE", file_env),
+                f"OS_CLIENT_CONFIG_FILE={given}: {config_file} not found (the clouds.yaml that defines OS_CLOUD)",
+                key="OS_CLIENT_CONFIG_FILE",
+            )
+    overrides = {option: env[var] for var, option in _CLOUD_OVERRIDES.items() if env.get(var)}
+    auth = CloudAuth(cloud=name, config_file=config_file, options=tuple(sorted(overrides.items())))
+    where = _source("OS_CLOUD", file_env)
+    try:
+        config = auth.openstack_config()
+    except Exception as exc:  # a malformed clouds.yaml surfaces as YAML, JSON or OS errors
+        raise ConfigError(where, f"OS_CLOUD={name}: cannot read clouds.yaml: {exc}", key="OS_CLOUD") from None
+    if name not in config.get_cloud_names():
+        read = config.config_filename or "any clouds.yaml"
+        known = ", ".join(sorted(config.get_cloud_names())) or "none"
+        raise ConfigError(where, f"OS_CLOUD={name} is not in {read} (clouds there: {known})", key="OS_CLOUD")
+    try:
+        auth.region()
+    except openstack.exceptions.SDKException as exc:
+        raise ConfigError(where, f"OS_CLOUD={name}: {exc}", key="OS_CLOUD") from None
+    return auth
+
+
+def _ssh_key(env: dict[str, str], project_dir: Path) -> Path:
+    # Relative paths are relative to the project, not to wherever gpu-rent happens to be started from.
+    return project_dir / Path(env.get("GPU_RENT_SSH_KEY", DEFAULT_SSH_KEY)).expanduser()
+
+
+# --- the settings object ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    project_dir: Path
+    pool: str
+    pool_fallback: tuple[str, ...]
+    flavor: str
+    flavor_fallback: tuple[str, ...]
+    image: str
+    volume_type: str | None
+    boot_volume_gb: int
+    data_volume_gb: int
+    idle_minutes: int
+    idle_grace_minutes: int
+    local_port: int
+    remote_port: int
+    pull_output: bool
+    keep_floating_ip: bool
+    operator_cidr: str
+    ssh_user: str
+    price_per_hour: float | None
+    name: str
+    external_network: str | None
+    subnet_cidr: str
+    swarmui_repo: str
+    swarmui_version: str
+    require_gpu: bool
+    ssh_key: Path
+    cloud: CloudAuth
+    civitai_token: str | None = field(default=None, repr=False)
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.project_dir / RUNTIME_DIR
+
+    def flavors(self) -> tuple[str, ...]:
+        """FLAVOR, then FLAVOR_FALLBACK, each once, in order of preference."""
+        return tuple(dict.fromkeys((self.flavor, *self.flavor_fallback)))
+
+    def pools(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.pool, *self.pool_fallback)))
+
+    def ssh_public_key(self) -> str:
+        """The public half of the SSH key; checked only here so that e.g. `status` works without a key."""
+        key = self.ssh_key
+        public = key.with_name(key.name + ".pub")
+        prefix = f"GPU_RENT_SSH_KEY={key}"
+        # An agent-held key (no private file here) is fine as long as the .pub is present.
+        if public.is_file():
+            text = public.read_text(encoding="utf-8").strip()
+            if not text:
+                raise ConfigError(ENV_FILE, f"{prefix}: {public} is empty (ssh-keygen -y -f {key} > {public})")
+            return text
+        if key.is_file():
+            raise ConfigError(ENV_FILE, f"{prefix}: {public} not found (ssh-keygen -y -f {key} > {public})")
+        raise ConfigError(ENV_FILE, f"{prefix}: {key} not found (ssh-keygen -t ed25519 -f {key})")
+
+    def ansible_vars(self) -> dict[str, Any]:
+        """Every setting as `gpu_rent_<field>`, in types YAML/JSON can carry."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, CloudAuth):
+                out["gpu_rent_cloud_auth"] = value.ansible_params()
+                continue
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Path):
+                value = str(value)
+            out[f"gpu_rent_{f.name}"] = value
+        try:
+            out["gpu_rent_ssh_public_key"] = self.ssh_public_key()
+        except ConfigError:
+            # Playbooks that need the key check for None; read-only ones must not fail over it.
+            out["gpu_rent_ssh_public_key"] = None
+        out["gpu_rent_flavors"] = list(self.flavors())
+        out["gpu_rent_pools"] = list(self.pools())
+        out["gpu_rent_runtime_dir"] = str(self.runtime_dir)
+        return out
+
+
+def load(project_dir: Path) -> Settings:
+    """Read and check `<project_dir>/gpu-rent.vars` and `.env`; raise ConfigError on the first problem."""
+    project_dir = Path(project_dir).expanduser().resolve()
+    values = _read_vars(project_dir)
+    file_env = _read_env(project_dir)
+    env = _merged_env(file_env, os.environ)
+    cloud = _cloud_auth(env, file_env, project_dir)
+    return Settings(
+        project_dir=project_dir,
+        **{key.lower(): value for key, value in values.items()},
+        ssh_key=_ssh_key(env, project_dir),
+        cloud=cloud,
+        civitai_token=env.get("CIVITAI_TOKEN"),
+    )

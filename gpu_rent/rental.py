@@ -1,0 +1,242 @@
+"""The rental's life: up, stop, destroy, and what status says about it.
+
+Each operation holds the project's lock, records the phase before it acts, and
+runs a playbook for every change to the cloud; ids reach the state file the
+moment a role records them, so an interrupted run never leaves a resource the
+next command cannot name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from gpu_rent import cloud
+from gpu_rent.config import ConfigError, Settings
+from gpu_rent.runner import PlaybookResult, Progress, run_playbook
+from gpu_rent.state import Phase, State, StateCorrupt, StateStore
+
+
+class CloudUnreachable(Exception):
+    """Keystone did not answer or refused the credentials."""
+
+
+class OperationFailed(Exception):
+    """A playbook failed or was canceled; the state keeps the phase to resume from."""
+
+    def __init__(self, message: str, canceled: bool = False):
+        super().__init__(message)
+        self.canceled = canceled
+
+
+def connect(settings: Settings):
+    try:
+        conn = settings.cloud.connect()
+        conn.authorize()
+    except Exception as e:  # keystoneauth raises many kinds; all mean the same to the user
+        raise CloudUnreachable(f"cannot reach the cloud ({settings.cloud.describe()}): {_short(e)}") from None
+    return conn
+
+
+def _short(e: Exception) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
+
+
+def load_state(store: StateStore, say: Callable[[str], None]) -> State:
+    """The state file, or a fresh one when it was corrupt (moved aside, never silently reset)."""
+    try:
+        return store.load()
+    except StateCorrupt as e:
+        say(str(e))
+        return State()
+
+
+# ---------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    what: str
+    name: str
+    action: str  # "create" or "reuse"
+    detail: str = ""
+
+
+def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
+    """What `up` would create or reuse: the same answer for dry-run and for up's question."""
+    n = cloud.names(settings.name)
+    items = []
+    net = f"{settings.name}-net-{settings.pool}"
+    items.append(
+        PlanItem("network", net, "reuse" if conn.network.find_network(net) else "create", settings.subnet_cidr)
+    )
+    sg = n["security_group"]
+    items.append(PlanItem("security group", sg, "reuse" if conn.network.find_security_group(sg) else "create"))
+    key = n["keypair"]
+    items.append(PlanItem("key pair", key, "reuse" if conn.compute.find_keypair(key) else "create"))
+    for label, name, size in (
+        ("boot volume", n["boot_volume"], settings.boot_volume_gb),
+        ("data volume", n["data_volume"], settings.data_volume_gb),
+    ):
+        vol = view.volume(name)
+        detail = f"{vol.size} GB in {vol.availability_zone}, {vol.status}" if vol else f"{size} GB in {settings.pool}"
+        if label == "boot volume" and not vol:
+            detail += f" from image {settings.image}"
+        items.append(PlanItem(label, name, "reuse" if vol else "create", detail))
+    server = view.server(n["server"])
+    if server:
+        items.append(PlanItem("server", server.name, "reuse", f"{server.status}, {server.flavor}"))
+    else:
+        price = f", at most {settings.price_per_hour:g}/hour" if settings.price_per_hour is not None else ""
+        flavors = " → ".join(settings.flavors())
+        items.append(PlanItem("server", n["server"], "create", f"preemptible, {flavors} in {settings.pool}{price}"))
+    ours = next((ip for ip in view.floating_ips if ip.description == n["floating_ip_description"]), None)
+    items.append(PlanItem("floating IP", ours.address if ours else "-", "reuse" if ours else "create"))
+    return items
+
+
+# ---------------------------------------------------------------------------------------------- operator address
+
+
+def operator_cidr(settings: Settings) -> str:
+    """OPERATOR_CIDR, with "auto" resolved to the address this machine reaches the cloud from."""
+    if settings.operator_cidr != "auto":
+        return settings.operator_cidr
+    host = urlparse(settings.cloud.region().config["auth"]["auth_url"]).hostname or ""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 443))  # UDP: no packet is sent, the kernel only picks the route
+            address = ipaddress.ip_address(s.getsockname()[0])
+    except OSError as e:
+        raise ConfigError("gpu-rent.vars", f"OPERATOR_CIDR=auto: no route to {host} ({e}); set OPERATOR_CIDR") from None
+    if not address.is_global:
+        raise ConfigError(
+            "gpu-rent.vars",
+            f"OPERATOR_CIDR=auto: this machine reaches the cloud from {address}, a private address (NAT): "
+            "set OPERATOR_CIDR to your public address, e.g. OPERATOR_CIDR=203.0.113.7/32",
+            key="OPERATOR_CIDR",
+        )
+    return f"{address}/32"
+
+
+# ---------------------------------------------------------------------------------------------- operations
+
+
+class Rental:
+    def __init__(self, settings: Settings, say: Callable[[str], None], progress: Callable):
+        self.settings = settings
+        self.store = StateStore(settings.project_dir)
+        self.say = say
+        self.progress = progress  # context manager factory: title -> callback(Progress)
+
+    def _run(self, state: State, playbook: str, title: str, extravars: dict | None = None) -> PlaybookResult:
+        def record(data: dict) -> None:
+            for key, value in (data.get("gpu_rent_resources") or {}).items():
+                if value is None:
+                    state.resources.pop(key, None)
+                else:
+                    state.resources[key] = str(value)
+            if data.get("gpu_rent_destroyed"):
+                state.resources.clear()
+            for key in ("flavor", "pool"):
+                if data.get(f"gpu_rent_{key}"):
+                    setattr(state, key, data[f"gpu_rent_{key}"])
+            self.store.save(state)
+
+        state.begin_operation(playbook, title)
+        self.store.save(state)
+        with self.progress(title) as show:
+            result = run_playbook(
+                playbook,
+                project_dir=self.settings.project_dir,
+                cloud_auth=self.settings.cloud.ansible_params(),
+                extravars=extravars,
+                on_progress=show,
+                on_stats=record,
+            )
+        state.end_operation()
+        self.store.save(state)
+        if result.canceled:
+            raise OperationFailed(f"{playbook} canceled; the next command resumes from {state.phase}", canceled=True)
+        if not result.ok:
+            raise OperationFailed(f"{playbook}: {result.failure} (log: {_rel(result.log, self.settings)})")
+        return result
+
+    def up(self, confirm: Callable[[list[PlanItem]], bool]) -> tuple[State, PlaybookResult]:
+        self.settings.ssh_public_key()  # a missing key is bad input: before anything is rented
+        cidr = operator_cidr(self.settings)
+        with self.store.lock("up"):
+            state = load_state(self.store, self.say)
+            conn = connect(self.settings)
+            view = cloud.observe(conn, self.settings.name)
+            items = plan(self.settings, view, conn)
+            if any(i.action == "create" and i.what == "server" for i in items) and not confirm(items):
+                raise OperationFailed("nothing rented: not confirmed", canceled=True)
+            state.move_to(Phase.PROVISIONING, "up")
+            self.store.save(state)
+            result = self._run(state, "up", "renting", {"gpu_rent_operator_cidr": cidr})
+            address = state.resources.get("floating_ip_address")
+            self.say(f"waiting for SSH at {address}")
+            wait_for_ssh(address, timeout=300)
+            state.move_to(Phase.BOOTSTRAPPING, "SSH answers")
+            self.store.save(state)
+            return state, result
+
+    def stop(self) -> State:
+        with self.store.lock("stop"):
+            state = load_state(self.store, self.say)
+            connect(self.settings)
+            self._run(state, "stop", "stopping")
+            state.move_to(Phase.IDLE, "stop")
+            self.store.save(state)
+            return state
+
+    def destroy(self) -> State:
+        with self.store.lock("destroy"):
+            state = load_state(self.store, self.say)
+            connect(self.settings)
+            self._run(state, "destroy", "destroying", {"gpu_rent_i_understand_data_loss": True})
+            state.move_to(Phase.IDLE, "destroy")
+            state.resources.clear()
+            self.store.save(state)
+            return state
+
+
+def wait_for_ssh(address: str | None, timeout: float) -> None:
+    if not address:
+        raise OperationFailed("the playbook recorded no floating IP; run gpu-rent up again")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((address, 22), timeout=3) as s:
+                if s.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise OperationFailed(f"SSH at {address} did not answer within {timeout:.0f}s; run gpu-rent up again")
+        time.sleep(1)
+
+
+def _rel(path: Path | None, settings: Settings) -> str:
+    if path is None:
+        return "-"
+    try:
+        return str(path.relative_to(settings.project_dir))
+    except ValueError:
+        return str(path)
+
+
+def noop_progress(title: str):
+    from contextlib import nullcontext
+
+    return nullcontext(lambda _p: None)
+
+
+__all__ = ["CloudUnreachable", "OperationFailed", "PlanItem", "Progress", "Rental", "plan"]

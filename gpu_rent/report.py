@@ -1,0 +1,171 @@
+"""status and doctor: what the cloud says, in words, never changing the cloud."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.markup import escape
+
+from gpu_rent import cloud
+from gpu_rent.config import ConfigError, Settings
+from gpu_rent.rental import connect, load_state
+from gpu_rent.state import Phase, StateLocked, StateStore
+
+
+@dataclass
+class StatusReport:
+    project: str
+    cloud: str
+    phase: Phase
+    phase_note: str
+    server: cloud.Server | None
+    address: str | None
+    volumes: list[cloud.Volume]
+    leftovers: list[cloud.Leftover]
+    minutes_alive: float | None
+    cost_so_far: float | None
+    price_per_hour: float | None
+    resources: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        s = self.server
+        return {
+            "project": self.project,
+            "cloud": self.cloud,
+            "phase": str(self.phase),
+            "phase_note": self.phase_note,
+            "server": None
+            if s is None
+            else {"id": s.id, "name": s.name, "status": s.status, "flavor": s.flavor, "tags": list(s.tags)},
+            "floating_ip": self.address,
+            "volumes": [
+                {"id": v.id, "name": v.name, "status": v.status, "size_gb": v.size, "pool": v.availability_zone}
+                for v in self.volumes
+            ],
+            "minutes_alive": None if self.minutes_alive is None else round(self.minutes_alive, 1),
+            "cost_so_far": None if self.cost_so_far is None else round(self.cost_so_far, 2),
+            "leftovers": [
+                {"kind": x.kind, "id": x.id, "detail": x.detail, "delete_command": x.delete_command}
+                for x in self.leftovers
+            ],
+            "resources": self.resources,
+        }
+
+    def render(self, out: Console) -> None:
+        out.print(f"[bold]project[/]   {escape(self.project)}  [dim]{escape(self.cloud)}[/]")
+        out.print(f"[bold]phase[/]     {self.phase}  [dim]({escape(self.phase_note)})[/]")
+        s = self.server
+        if s is None:
+            out.print("[bold]server[/]    none [dim](nothing is billing for compute)[/]")
+        else:
+            alive = f", alive {self.minutes_alive:.0f} min" if self.minutes_alive is not None else ""
+            cost = ""
+            if self.cost_so_far is not None:
+                cost = f", cost so far ~{self.cost_so_far:.2f} ({self.price_per_hour:g}/hour, billed by the hour)"
+            out.print(f"[bold]server[/]    {escape(s.name)} {s.status} {escape(s.flavor or '')}{alive}{cost}")
+            if s.fault:
+                out.print(f"[red]          fault: {escape(s.fault)}[/]")
+        if self.address:
+            out.print(f"[bold]address[/]   {self.address}")
+        for v in self.volumes:
+            out.print(f"[bold]volume[/]    {escape(v.name)} {v.size} GB {v.status} in {v.availability_zone}")
+        if not self.leftovers:
+            out.print("[bold]leftovers[/] none")
+        for x in self.leftovers:
+            out.print(f"[bold yellow]leftover[/]  {x.kind} {escape(x.detail)}")
+            out.print(f"          delete: [bold]{escape(x.delete_command)}[/]")
+
+
+def status_report(settings: Settings, say: Callable[[str], None]) -> StatusReport:
+    store = StateStore(settings.project_dir)
+    state = load_state(store, say)
+    conn = connect(settings)
+    view = cloud.observe(conn, settings.name)
+    phase, why = cloud.reconcile(state, view, settings.name)
+    names = cloud.names(settings.name)
+    server = view.server(names["server"])
+    if phase != state.phase or (server is None and state.resources.get("server")):
+        # status writes only what the cloud proves, and only when no other command is running
+        with contextlib.suppress(StateLocked), store.lock("status", wait=0):
+            fresh = load_state(store, say)
+            fresh.move_to(phase, f"reconciled by status: {why}")
+            if server is None:
+                fresh.resources.pop("server", None)
+            else:
+                fresh.resources["server"] = server.id
+            store.save(fresh)
+            state = fresh
+    minutes = cloud.alive_minutes(server) if server else None
+    cost = None
+    if minutes is not None and settings.price_per_hour is not None:
+        cost = settings.price_per_hour * (int(minutes // 60) + 1)  # hourly billing: a started hour counts
+    ours_ip = next((ip for ip in view.floating_ips if ip.description == names["floating_ip_description"]), None)
+    address = (server.addresses[0] if server and server.addresses else None) or (ours_ip.address if ours_ip else None)
+    return StatusReport(
+        project=str(settings.project_dir),
+        cloud=settings.cloud.describe(),
+        phase=state.phase,
+        phase_note=why,
+        server=server,
+        address=address,
+        volumes=[v for v in view.volumes],
+        leftovers=cloud.leftovers(state, view, settings.name),
+        minutes_alive=minutes,
+        cost_so_far=cost,
+        price_per_hour=settings.price_per_hour,
+        resources=dict(state.resources),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- doctor
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def doctor_checks(settings: Settings) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        settings.ssh_public_key()
+        checks.append(Check("ssh key", True, str(settings.ssh_key)))
+    except ConfigError as e:
+        checks.append(Check("ssh key", False, str(e)))
+    try:
+        conn = settings.cloud.connect()
+        conn.authorize()
+        checks.append(Check("auth", True, settings.cloud.describe()))
+    except Exception as e:  # every kind of auth failure is reported the same way
+        checks.append(Check("auth", False, f"{settings.cloud.describe()}: {type(e).__name__}: {str(e)[:200]}"))
+        return checks
+    catalog = {entry["type"] for entry in conn.service_catalog}
+    for stype in ("compute", "network", "image"):
+        checks.append(Check(f"catalog: {stype}", stype in catalog, "from Keystone" if stype in catalog else "missing"))
+    storage = catalog & {"block-storage", "volumev3", "volume"}
+    checks.append(Check("catalog: block storage", bool(storage), ", ".join(sorted(storage)) or "missing"))
+    zones = {z.name for z in conn.compute.availability_zones()}
+    for pool in settings.pools():
+        checks.append(Check(f"pool {pool}", pool in zones, "available" if pool in zones else f"not in {sorted(zones)}"))
+    for name in settings.flavors():
+        flavor = conn.compute.find_flavor(name, ignore_missing=True)
+        detail = f"{flavor.vcpus} vCPU, {flavor.ram // 1024} GB RAM" if flavor else "not found"
+        checks.append(Check(f"flavor {name}", flavor is not None, detail))
+    image = conn.image.find_image(settings.image, ignore_missing=True)
+    checks.append(Check("image", image is not None, f"{settings.image}" + ("" if image else " not found")))
+    externals = [n.name for n in conn.network.networks(is_router_external=True)]
+    if settings.external_network:
+        ok = settings.external_network in externals
+        checks.append(Check("external network", ok, settings.external_network + ("" if ok else " not found")))
+    else:
+        ok = len(externals) == 1
+        checks.append(Check("external network", ok, ", ".join(externals) or "none; set EXTERNAL_NETWORK"))
+    limits = conn.compute.get_limits().absolute
+    room = (limits.instances or 0) - (limits.instances_used or 0)
+    checks.append(Check("quota: servers", room >= 1, f"{room} more allowed"))
+    return checks

@@ -1,0 +1,216 @@
+"""Run a playbook through ansible-runner: events in, progress and a log out.
+
+The wrapper never changes the cloud itself; it runs playbooks/<name>.yml here.
+Events feed a callback (the CLI's Rich progress), every event's text goes to
+`.gpu-rent/logs/`, `set_stats` results reach the caller as soon as a role
+records an id, and Ctrl+C stops the whole process group: SIGTERM, then SIGKILL
+five seconds later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import ansible_runner
+
+REPO = Path(__file__).resolve().parents[1]
+PLAYBOOKS = REPO / "playbooks"
+GRACE_SECONDS = 5.0
+# Variables that may hold secrets: ansible-runner records the job's whole
+# environment in its artifacts, so these never reach it.
+SECRET_ENV = ("OS_PASSWORD", "OS_APPLICATION_CREDENTIAL_SECRET", "OS_TOKEN", "OS_AUTH_TOKEN", "CIVITAI_TOKEN")
+
+
+@dataclass(frozen=True)
+class Failure:
+    task: str
+    host: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"task '{self.task}' failed on {self.host}: {self.message}"
+
+
+@dataclass
+class PlaybookResult:
+    ok: bool
+    canceled: bool = False
+    failure: Failure | None = None
+    stats: dict = field(default_factory=dict)  # merged set_stats data
+    changed: dict[str, int] = field(default_factory=dict)  # host -> changed tasks
+    log: Path | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the CLI shows while a playbook runs."""
+
+    task: str
+    host: str | None
+    started: float
+
+
+def failure_message(res: dict) -> str:
+    """The module's own words, one line."""
+    message = res.get("msg") or res.get("message") or res.get("stderr") or res.get("reason") or "failed"
+    if isinstance(message, list | dict):
+        message = json.dumps(message)
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    return " ".join(lines)[:500] if lines else "failed"
+
+
+class _Cancel:
+    """Ctrl+C: SIGTERM to the playbook's process group, SIGKILL (by the runner) after the grace."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.since: float | None = None
+
+    def __call__(self) -> bool:
+        if not self.requested.is_set():
+            return False
+        if self.since is None:
+            self.since = time.monotonic()
+            for pid in _children("ansible-playbook"):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(os.getpgid(pid), signal.SIGTERM)
+        return time.monotonic() - self.since >= GRACE_SECONDS or not _children("ansible-playbook")
+
+
+def _children(name: str) -> list[int]:
+    me = os.getpid()
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == me and name.encode() in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@contextlib.contextmanager
+def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
+    """The resolved cloud auth for the vars plugin, 0600, gone after the run."""
+    path = runtime / "runner" / f"auth-{os.getpid()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(auth, f)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _without_secrets() -> Iterator[None]:
+    saved = {k: os.environ.pop(k) for k in SECRET_ENV if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def run_playbook(
+    name: str,
+    *,
+    project_dir: Path,
+    cloud_auth: dict,
+    extravars: dict | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_stats: Callable[[dict], None] | None = None,
+) -> PlaybookResult:
+    runtime = project_dir / ".gpu-rent"
+    (runtime / "logs").mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    log_path = runtime / "logs" / f"{stamp}-{name}.log"
+    result = PlaybookResult(ok=False, log=log_path)
+    failures: list[Failure] = []
+    cancel = _Cancel()
+    current = {"task": "starting", "started": time.monotonic()}
+
+    def handle(event: dict) -> bool:
+        text = event.get("stdout")
+        if text:
+            log.write(text + "\n")
+            log.flush()
+        kind = event.get("event")
+        data = event.get("event_data", {})
+        if kind == "playbook_on_task_start":
+            current.update(task=data.get("task", ""), started=time.monotonic())
+            if on_progress:
+                on_progress(Progress(current["task"], None, current["started"]))
+        elif kind == "runner_on_start" and on_progress:
+            on_progress(Progress(current["task"], data.get("host"), current["started"]))
+        elif kind == "runner_on_ok":
+            stats = (data.get("res") or {}).get("ansible_stats", {}).get("data")
+            if stats:
+                _merge(result.stats, stats)
+                if on_stats:
+                    on_stats(stats)
+        elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            failures.append(Failure(data.get("task", "?"), data.get("host", "?"), failure_message(data.get("res", {}))))
+        elif kind == "playbook_on_stats":
+            result.changed = {h: n for h, n in (data.get("changed") or {}).items()}
+        return False  # the log is ours; ansible-runner need not keep the events in memory
+
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda *_: cancel.requested.set())
+    try:
+        with (
+            open(log_path, "w", encoding="utf-8") as log,
+            _auth_file(runtime, cloud_auth) as auth_path,
+            _without_secrets(),
+        ):
+            os.chmod(log_path, 0o600)
+            runner = ansible_runner.run(
+                private_data_dir=str(runtime / "runner"),
+                playbook=str(PLAYBOOKS / f"{name}.yml"),
+                extravars=extravars or {},
+                envvars={
+                    "GPU_RENT_PROJECT": str(project_dir),
+                    "GPU_RENT_AUTH_FILE": str(auth_path),
+                    "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                    "ANSIBLE_NOCOLOR": "1",
+                    "ANSIBLE_LOCALHOST_WARNING": "false",
+                    "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+                },
+                inventory=str(REPO / "inventory" / "localhost.yml"),
+                quiet=True,
+                event_handler=handle,
+                cancel_callback=cancel,
+                rotate_artifacts=5,
+                suppress_env_files=True,
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    result.canceled = cancel.requested.is_set()
+    result.ok = runner.status == "successful" and not result.canceled
+    if not result.ok and not result.canceled:
+        result.failure = failures[-1] if failures else Failure("ansible-playbook", "localhost", _tail(log_path))
+    return result
+
+
+def _merge(into: dict, data: dict) -> None:
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _tail(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "ansible-playbook failed before its first task"

@@ -1,0 +1,75 @@
+"""Vars plugin: a gpu-rent project's configuration for every play.
+
+Playbooks read the same configuration as the CLI with no -e flags: this
+plugin loads `.env` and `gpu-rent.vars` from the project folder (the working
+directory, or GPU_RENT_PROJECT) through gpu_rent.config, validates them the
+same way, and exposes every setting as `gpu_rent_<key>`. It is loaded from the
+collection, or from playbooks/vars_plugins next to the playbooks when an
+operator runs `ansible-playbook <repo>/playbooks/stop.yml` directly.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = """
+name: gpu_rent_project
+short_description: Settings of the gpu-rent project folder as gpu_rent_* variables
+description:
+  - Reads C(.env) and C(gpu-rent.vars) of the project folder (GPU_RENT_PROJECT or the working directory).
+  - Contributes nothing outside a gpu-rent project folder.
+options: {}
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleError
+from ansible.plugins.vars import BaseVarsPlugin
+
+try:
+    from gpu_rent import config
+except ImportError:  # run from a checkout without the package installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from gpu_rent import config
+
+_cache: dict[str, dict] = {}
+
+
+def project_vars() -> dict:
+    project = Path(os.environ.get("GPU_RENT_PROJECT") or os.getcwd()).resolve()
+    key = str(project)
+    if key not in _cache:
+        if not (project / "gpu-rent.vars").is_file():
+            _cache[key] = {}
+        else:
+            try:
+                settings = config.load(project)
+            except config.ConfigError as e:
+                raise AnsibleError(f"gpu-rent configuration: {e}") from None
+            found = settings.ansible_vars()
+            # The CLI hands over the resolved auth in a 0600 file it deletes after
+            # the run, so no secret travels in the environment ansible-runner records.
+            auth_file = os.environ.get("GPU_RENT_AUTH_FILE")
+            if auth_file:
+                found["gpu_rent_cloud_auth"] = json.loads(Path(auth_file).read_text())
+            found["gpu_rent_state"] = _state(project)
+            _cache[key] = found
+    return _cache[key]
+
+
+def _state(project: Path) -> dict:
+    """The wrapper's record of ids, read-only here: roles find resources by name."""
+    path = project / ".gpu-rent" / "state.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+class VarsModule(BaseVarsPlugin):
+    REQUIRES_ENABLED = False
+
+    def get_vars(self, loader, path, entities, cache=True):
+        super().get_vars(loader, path, entities)
+        return dict(project_vars())

@@ -1,0 +1,129 @@
+"""The CLI's contract with its user: help that reads well, one-line errors, exit codes."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpu_rent.cli import app
+from gpu_rent.state import StateStore
+
+runner = CliRunner()
+COMMANDS = ["up", "stop", "destroy", "status", "doctor", "dry-run"]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch) -> Path:
+    for var in [v for v in __import__("os").environ if v.startswith(("OS_", "GPU_RENT_"))]:
+        monkeypatch.delenv(var)
+    clouds = tmp_path / "clouds.yaml"
+    # port 9 (discard) on loopback: nothing answers, so no test can reach a cloud by accident
+    clouds.write_text(
+        textwrap.dedent("""\
+        clouds:
+          test:
+            auth:
+              auth_url: http://127.0.0.1:9/v3
+              username: u
+              password: s3cret-password
+              project_name: p
+              user_domain_name: Default
+              project_domain_name: Default
+            region_name: RegionOne
+        """)
+    )
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")], check=True)
+    (tmp_path / ".env").write_text(
+        f"OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE={clouds}\nGPU_RENT_SSH_KEY={tmp_path / 'key'}\n"
+    )
+    (tmp_path / "gpu-rent.vars").write_text(
+        "POOL=ru-7a\nFLAVOR=gpu.a100.1\nIMAGE=Ubuntu 24.04 GPU\nOPERATOR_CIDR=10.231.7.1/32\n"
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command):
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert "--project" in result.output
+
+
+def test_top_level_help_lists_commands_and_exit_codes():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in COMMANDS:
+        assert command in result.output
+    assert "130" in result.output and "Exit codes" in result.output
+
+
+@pytest.mark.parametrize(
+    ("vars_text", "expected"),
+    [
+        ("POOL=ru-7a\nFLAVOUR=x\nIMAGE=i\n", "gpu-rent.vars:2: unknown key FLAVOUR"),
+        ("POOL=ru-7a\nIMAGE=i\n", "FLAVOR is required"),
+        ("POOL=ru-7a\nFLAVOR=f\nIMAGE=i\nBOOT_VOLUME_GB=lots\n", "gpu-rent.vars:4: BOOT_VOLUME_GB"),
+        ("POOL=ru-7a\nFLAVOR=f\nIMAGE=i\nLOCAL_PORT=70000\n", "LOCAL_PORT"),
+        ("POOL=ru-7a\nFLAVOR=f\nIMAGE=i\nKEEP_FLOATING_IP=maybe\n", "KEEP_FLOATING_IP"),
+        ("POOL=ru-7a\nFLAVOR=f\nIMAGE=i\nOPERATOR_CIDR=home\n", "OPERATOR_CIDR"),
+        ("POOL=ru-7a\nFLAVOR=f\nFLAVOR=g\nIMAGE=i\n", "FLAVOR"),
+        ("POOL=ru-7a\nFLAVOR f\nIMAGE=i\n", "gpu-rent.vars:2"),
+    ],
+)
+@pytest.mark.parametrize("command", ["up", "status", "stop"])
+def test_bad_config_is_one_line_and_exit_2(project, vars_text, expected, command):
+    (project / "gpu-rent.vars").write_text(vars_text)
+    result = runner.invoke(
+        app, [command, "--project", str(project), "--yes"] if command == "up" else [command, "-p", str(project)]
+    )
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.output
+    assert not (project / ".gpu-rent" / "state.json").exists()
+
+
+def test_missing_ssh_key_refuses_up_before_anything(project):
+    (project / "key.pub").unlink()
+    (project / "key").unlink()
+    result = runner.invoke(app, ["up", "-p", str(project), "--yes"])
+    assert result.exit_code == 2
+    assert "GPU_RENT_SSH_KEY" in result.output and "not found" in result.output
+
+
+def test_destroy_without_the_flag_refuses_and_touches_nothing(project):
+    result = runner.invoke(app, ["destroy", "-p", str(project)])
+    assert result.exit_code == 2
+    assert "--i-understand-data-loss" in result.output
+    assert not (project / ".gpu-rent").exists()
+
+
+def test_unreachable_cloud_is_exit_4_with_one_line(project):
+    result = runner.invoke(app, ["status", "-p", str(project)])
+    assert result.exit_code == 4, result.output
+    assert "cannot reach the cloud" in result.output
+    assert "s3cret-password" not in result.output
+
+
+def test_a_second_mutating_command_waits_then_refuses(project):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""\
+            import time
+            from gpu_rent.state import StateStore
+            with StateStore({str(project)!r}).lock("up"):
+                print("held", flush=True)
+                time.sleep(30)
+            """)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = runner.invoke(app, ["stop", "-p", str(project)])
+        assert result.exit_code == 3, result.output
+        assert "'up'" in result.output and str(holder.pid) in result.output
+    finally:
+        holder.kill()
+        holder.wait()
+    assert StateStore(project).load().phase == "idle"

@@ -1,0 +1,469 @@
+"""gpu_rent.config: every bad input is one line naming file, line and key; good input becomes one Settings."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpu_rent import config
+from gpu_rent.config import KEYS, CloudAuth, ConfigError, Settings, load
+
+PASSWORD = "pw-SECRET-7f3a"
+APP_SECRET = "appcred-SECRET-91c2"
+CIVITAI = "civitai-SECRET-55e1"
+
+CLOUDS_YAML = f"""\
+clouds:
+  test:
+    auth:
+      auth_url: http://127.0.0.1:5999/v3
+      username: gpu-rent-user
+      password: {PASSWORD}
+      project_name: gpu-rent
+      user_domain_name: Default
+      project_domain_name: Default
+    region_name: RegionOne
+    identity_api_version: 3
+  other:
+    auth:
+      auth_url: http://127.0.0.1:5998/v3
+      username: someone
+      password: other-pw
+      project_name: other
+      user_domain_name: Default
+      project_domain_name: Default
+    region_name: RegionTwo
+"""
+
+MINIMAL_VARS = "POOL=ru-7a\nFLAVOR=gpu.a100.1\nIMAGE=Ubuntu 22.04 LTS 64-bit\n"
+CLOUD_ENV = f"OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE=clouds.yaml\nCIVITAI_TOKEN={CIVITAI}\n"
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The developer's own OS_* / key settings must not leak into (or rescue) any test."""
+    for key in list(os.environ):
+        if key.startswith(("OS_", "GPU_RENT_")) or key == "CIVITAI_TOKEN":
+            monkeypatch.delenv(key)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
+def make_project(root: Path, vars_text: str | None = MINIMAL_VARS, env_text: str | None = CLOUD_ENV) -> Path:
+    project = root / "project"
+    project.mkdir(exist_ok=True)
+    (project / "clouds.yaml").write_text(CLOUDS_YAML)
+    if vars_text is not None:
+        (project / "gpu-rent.vars").write_text(vars_text)
+    if env_text is not None:
+        (project / ".env").write_text(env_text)
+    return project
+
+
+def load_error(project: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load(project)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    return message
+
+
+# --- bad input ------------------------------------------------------------------------------------------------------
+
+V = MINIMAL_VARS  # three lines, so a key added after it is on line 4
+
+BAD = [
+    # id, gpu-rent.vars, .env, where (exact prefix), key, a fragment of the explanation
+    ("unknown key", "POOL=ru-7a\nIMAGE=x\nFLAVOUR=gpu.a100.1\n", CLOUD_ENV, "gpu-rent.vars:3", "FLAVOUR",
+     "unknown key FLAVOUR (did you mean FLAVOR?)"),
+    ("unknown key lowercase", V + "idle_minutes=5\n", CLOUD_ENV, "gpu-rent.vars:4", "idle_minutes",
+     "did you mean IDLE_MINUTES?"),
+    ("unknown key no hint", V + "COLOUR_SCHEME=dark\n", CLOUD_ENV, "gpu-rent.vars:4", "COLOUR_SCHEME", "known keys"),
+    ("missing required", "POOL=ru-7a\nIMAGE=x\n", CLOUD_ENV, "gpu-rent.vars", "FLAVOR", "is required"),
+    ("empty required", "POOL=\nFLAVOR=f\nIMAGE=x\n", CLOUD_ENV, "gpu-rent.vars:1", "POOL", "is required"),
+    ("not an integer", V + "BOOT_VOLUME_GB=abc\n", CLOUD_ENV, "gpu-rent.vars:4", "BOOT_VOLUME_GB=abc",
+     "is not a whole number (GiB, at least 1)"),
+    ("integer with underscore", V + "DATA_VOLUME_GB=1_000\n", CLOUD_ENV, "gpu-rent.vars:4", "DATA_VOLUME_GB",
+     "is not a whole number"),
+    ("zero volume", V + "BOOT_VOLUME_GB=0\n", CLOUD_ENV, "gpu-rent.vars:4", "BOOT_VOLUME_GB=0", "out of range"),
+    ("zero idle minutes", V + "IDLE_MINUTES=0\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_MINUTES", "out of range"),
+    ("negative grace", V + "IDLE_GRACE_MINUTES=-1\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_GRACE_MINUTES",
+     "out of range"),
+    ("port too high", V + "LOCAL_PORT=70000\n", CLOUD_ENV, "gpu-rent.vars:4", "LOCAL_PORT=70000",
+     "out of range (a TCP port, 1..65535)"),
+    ("port zero", V + "REMOTE_PORT=0\n", CLOUD_ENV, "gpu-rent.vars:4", "REMOTE_PORT", "out of range"),
+    ("bad bool", V + "PULL_OUTPUT=maybe\n", CLOUD_ENV, "gpu-rent.vars:4", "PULL_OUTPUT=maybe", "yes/no"),
+    ("bad cidr", V + "OPERATOR_CIDR=10.0.0.300/24\n", CLOUD_ENV, "gpu-rent.vars:4", "OPERATOR_CIDR",
+     "is not an IP network"),
+    ("subnet not ipv4", V + "SUBNET_CIDR=fd00::/64\n", CLOUD_ENV, "gpu-rent.vars:4", "SUBNET_CIDR", "IPv4"),
+    ("subnet too small", V + "SUBNET_CIDR=10.1.2.0/30\n", CLOUD_ENV, "gpu-rent.vars:4", "SUBNET_CIDR", "too small"),
+    ("negative price", V + "PRICE_PER_HOUR=-1\n", CLOUD_ENV, "gpu-rent.vars:4", "PRICE_PER_HOUR", "out of range"),
+    ("price not a number", V + "PRICE_PER_HOUR=cheap\n", CLOUD_ENV, "gpu-rent.vars:4", "PRICE_PER_HOUR",
+     "not a number"),
+    ("bad ssh user", V + "SSH_USER=Root\n", CLOUD_ENV, "gpu-rent.vars:4", "SSH_USER", "user name"),
+    ("bad name", V + "NAME=Gpu_Rent\n", CLOUD_ENV, "gpu-rent.vars:4", "NAME=Gpu_Rent", "is not a valid name"),
+    ("name too long", V + "NAME=a" + "b" * 31 + "\n", CLOUD_ENV, "gpu-rent.vars:4", "NAME", "is not a valid name"),
+    ("duplicate key", "POOL=a\nFLAVOR=f\nIMAGE=i\n\nPOOL=b\n", CLOUD_ENV, "gpu-rent.vars:5", "POOL",
+     "given twice (lines 1 and 5)"),
+    ("line without =", V + "# comment\nIDLE_MINUTES 30\n", CLOUD_ENV, "gpu-rent.vars:5", "IDLE_MINUTES",
+     "has no '='"),
+    ("unmatched quote", V + 'VOLUME_TYPE="fast\n', CLOUD_ENV, "gpu-rent.vars:4", "VOLUME_TYPE", "unmatched quote"),
+    ("unknown env key", V, CLOUD_ENV + "AWS_SECRET=x\n", ".env", "AWS_SECRET",
+     "unknown key AWS_SECRET (allowed: OS_* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN)"),
+    ("env key without value", V, CLOUD_ENV + "GPU_RENT_SSH_KEY\n", ".env", "GPU_RENT_SSH_KEY", "has no value"),
+    ("no cloud auth", V, "GPU_RENT_SSH_KEY=~/.ssh/k\n", ".env", "OS_CLOUD", "no cloud auth"),
+    ("os_cloud not in clouds.yaml", V, "OS_CLOUD=nope\nOS_CLIENT_CONFIG_FILE=clouds.yaml\n", ".env", "OS_CLOUD=nope",
+     "clouds.yaml"),
+    ("clouds.yaml missing", V, "OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE=missing/clouds.yaml\n", ".env",
+     "OS_CLIENT_CONFIG_FILE=missing/clouds.yaml", "not found"),
+    ("region not in cloud", V, CLOUD_ENV + "OS_REGION_NAME=Mars\n", ".env", "OS_CLOUD=test", "Mars"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("vars_text", "env_text", "where", "key", "fragment"), [c[1:] for c in BAD],
+                         ids=[c[0] for c in BAD])  # fmt: skip
+def test_bad_config(tmp_path: Path, vars_text: str, env_text: str, where: str, key: str, fragment: str) -> None:
+    message = load_error(make_project(tmp_path, vars_text, env_text))
+    assert message.startswith(f"{where}: "), message
+    assert key in message
+    assert fragment in message
+
+
+def test_bad_config_table_is_big_enough() -> None:
+    assert len(BAD) >= 12
+
+
+@pytest.mark.parametrize(
+    ("vars_text", "expected"),
+    [
+        ("POOL=a\nFLAVOR=f\nIMAGE=i\n\n# size\n\nBOOT_VOLUME_GB=abc\n",
+         "gpu-rent.vars:7: BOOT_VOLUME_GB=abc is not a whole number (GiB, at least 1)"),
+        ("POOL=a\nIMAGE=i\n", "gpu-rent.vars: FLAVOR is required (the flavor to rent, e.g. FLAVOR=gpu.a100.1)"),
+        ("POOL=a\nIMAGE=i\nFLAVOUR=f\n", "gpu-rent.vars:3: unknown key FLAVOUR (did you mean FLAVOR?)"),
+    ],
+)  # fmt: skip
+def test_messages_read_exactly_like_this(tmp_path: Path, vars_text: str, expected: str) -> None:
+    assert load_error(make_project(tmp_path, vars_text)) == expected
+
+
+def test_missing_vars_file(tmp_path: Path) -> None:
+    project = make_project(tmp_path, vars_text=None)
+    assert load_error(project) == (
+        f"gpu-rent.vars: not found in {project} (run gpu-rent in a project folder, or pass --project)"
+    )
+
+
+def test_error_carries_file_line_and_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(make_project(tmp_path, V + "LOCAL_PORT=x\n"))
+    assert (caught.value.file, caught.value.line, caught.value.key) == ("gpu-rent.vars", 4, "LOCAL_PORT")
+
+
+def test_os_cloud_not_found_names_the_file_and_the_clouds_there(tmp_path: Path) -> None:
+    project = make_project(tmp_path, env_text="OS_CLOUD=nope\nOS_CLIENT_CONFIG_FILE=clouds.yaml\n")
+    message = load_error(project)
+    assert message.startswith(f".env: OS_CLOUD=nope is not in {project / 'clouds.yaml'}")
+    assert "other, test" in message
+
+
+def test_missing_env_file_without_environment_auth(tmp_path: Path) -> None:
+    message = load_error(make_project(tmp_path, env_text=None))
+    assert message.startswith(".env: not found")
+    assert "OS_CLOUD" in message
+
+
+# --- good input -----------------------------------------------------------------------------------------------------
+
+
+def test_defaults(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    settings = load(project)
+    assert settings.project_dir == project.resolve()
+    assert (settings.pool, settings.flavor, settings.image) == ("ru-7a", "gpu.a100.1", "Ubuntu 22.04 LTS 64-bit")
+    assert settings.pool_fallback == ()
+    assert settings.flavor_fallback == ()
+    assert settings.volume_type is None
+    assert (settings.boot_volume_gb, settings.data_volume_gb) == (50, 100)
+    assert (settings.idle_minutes, settings.idle_grace_minutes) == (30, 45)
+    assert (settings.local_port, settings.remote_port) == (17801, 7801)
+    assert settings.pull_output is True
+    assert settings.keep_floating_ip is False
+    assert settings.operator_cidr == "auto"
+    assert settings.ssh_user == "root"
+    assert settings.price_per_hour is None
+    assert settings.name == "gpu-rent"
+    assert settings.external_network is None
+    assert settings.subnet_cidr == "192.168.77.0/24"
+    assert settings.swarmui_repo == "https://github.com/mcmonkeyprojects/SwarmUI.git"
+    assert settings.swarmui_version == "master"
+    assert settings.require_gpu is True
+    assert settings.ssh_key == Path(os.environ["HOME"]) / ".ssh" / "id_ed25519"
+    assert settings.civitai_token == CIVITAI
+    assert settings.runtime_dir == project.resolve() / ".gpu-rent"
+    assert settings.flavors() == ("gpu.a100.1",)
+    assert settings.pools() == ("ru-7a",)
+
+
+def test_keys_table_matches_settings_fields() -> None:
+    names = {f.lower() for f in KEYS}
+    fields = set(Settings.__dataclass_fields__)
+    assert names <= fields
+    assert fields - names == {"project_dir", "ssh_key", "cloud", "civitai_token"}
+    for key, (kind, default, meaning) in KEYS.items():
+        assert kind and meaning, key
+        # a default written into gpu-rent.vars must mean the same as leaving the key out
+        if isinstance(default, str | int | float):
+            assert config._PARSERS[key](str(default)) == default, key
+
+
+def test_every_key_given(tmp_path: Path) -> None:
+    text = """\
+# a comment, then blank lines
+
+  POOL = ru-7a
+POOL_FALLBACK=ru-7b, ru-3a ,, ru-7b
+FLAVOR='gpu.a100.1'
+FLAVOR_FALLBACK = gpu.a100.1 , gpu.v100.1,,  gpu.t4.1 ,
+IMAGE = "Ubuntu 22.04 LTS 64-bit"
+VOLUME_TYPE=fast.ru-7a
+BOOT_VOLUME_GB=+60
+DATA_VOLUME_GB=500
+IDLE_MINUTES=10
+IDLE_GRACE_MINUTES=0
+LOCAL_PORT=1
+REMOTE_PORT=65535
+PULL_OUTPUT=No
+KEEP_FLOATING_IP=ON
+OPERATOR_CIDR=203.0.113.7
+SSH_USER=ubuntu
+PRICE_PER_HOUR=1.25
+NAME=my-rent-2
+EXTERNAL_NETWORK="external network"
+SUBNET_CIDR=10.20.30.5/24
+SWARMUI_REPO=https://example.org/SwarmUI.git
+SWARMUI_VERSION=0.9.7
+REQUIRE_GPU=0
+"""
+    s = load(make_project(tmp_path, text))
+    assert s.pool == "ru-7a"
+    assert s.pool_fallback == ("ru-7b", "ru-3a", "ru-7b")
+    assert s.pools() == ("ru-7a", "ru-7b", "ru-3a")
+    assert s.flavor == "gpu.a100.1"
+    assert s.flavor_fallback == ("gpu.a100.1", "gpu.v100.1", "gpu.t4.1")
+    assert s.flavors() == ("gpu.a100.1", "gpu.v100.1", "gpu.t4.1")
+    assert s.image == "Ubuntu 22.04 LTS 64-bit"
+    assert s.volume_type == "fast.ru-7a"
+    assert (s.boot_volume_gb, s.data_volume_gb, s.idle_minutes, s.idle_grace_minutes) == (60, 500, 10, 0)
+    assert (s.local_port, s.remote_port) == (1, 65535)
+    assert (s.pull_output, s.keep_floating_ip, s.require_gpu) == (False, True, False)
+    assert s.operator_cidr == "203.0.113.7/32"
+    assert s.ssh_user == "ubuntu"
+    assert s.price_per_hour == 1.25
+    assert s.name == "my-rent-2"
+    assert s.external_network == "external network"
+    assert s.subnet_cidr == "10.20.30.0/24"
+    assert (s.swarmui_repo, s.swarmui_version) == ("https://example.org/SwarmUI.git", "0.9.7")
+
+
+def test_empty_value_means_default(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path, V + "IDLE_MINUTES=\nVOLUME_TYPE=''\nFLAVOR_FALLBACK=\n"))
+    assert (s.idle_minutes, s.volume_type, s.flavor_fallback) == (30, None, ())
+
+
+def test_quotes_keep_inner_spaces_and_equals(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path, "POOL=a\nFLAVOR=f\nIMAGE=' my image = v2 '\n"))
+    assert s.image == " my image = v2 "
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("true", True), ("TRUE", True), ("yes", True), ("Yes", True), ("1", True), ("on", True), ("On", True),
+     ("false", False), ("False", False), ("no", False), ("NO", False), ("0", False), ("off", False), ("OFF", False)],
+)  # fmt: skip
+def test_bool_forms(tmp_path: Path, raw: str, expected: bool) -> None:
+    assert load(make_project(tmp_path, V + f"KEEP_FLOATING_IP={raw}\n")).keep_floating_ip is expected
+
+
+@pytest.mark.parametrize("raw", ["y", "2", "enabled", "truee", "-1"])
+def test_bool_rejects_other_forms(tmp_path: Path, raw: str) -> None:
+    message = load_error(make_project(tmp_path, V + f"REQUIRE_GPU={raw}\n"))
+    assert message.startswith("gpu-rent.vars:4: REQUIRE_GPU=")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("auto", "auto"),
+        ("AUTO", "auto"),
+        ("203.0.113.7", "203.0.113.7/32"),
+        ("203.0.113.7/24", "203.0.113.0/24"),
+        ("0.0.0.0/0", "0.0.0.0/0"),
+        ("2001:db8::1", "2001:db8::1/128"),
+        ("2001:db8::1/48", "2001:db8::/48"),
+    ],
+)
+def test_operator_cidr_normalised(tmp_path: Path, raw: str, expected: str) -> None:
+    assert load(make_project(tmp_path, V + f"OPERATOR_CIDR={raw}\n")).operator_cidr == expected
+
+
+# --- .env, cloud auth, secrets --------------------------------------------------------------------------------------
+
+
+def test_cloud_auth_from_clouds_yaml(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    cloud = load(project).cloud
+    assert cloud.cloud == "test"
+    assert cloud.config_file == project / "clouds.yaml"  # relative OS_CLIENT_CONFIG_FILE is the project's
+    assert cloud.describe() == 'cloud "test" (http://127.0.0.1:5999/v3), project gpu-rent'
+    params = cloud.ansible_params()
+    assert params["auth"] == {
+        "auth_url": "http://127.0.0.1:5999/v3",
+        "username": "gpu-rent-user",
+        "password": PASSWORD,
+        "project_name": "gpu-rent",
+        "user_domain_name": "Default",
+        "project_domain_name": "Default",
+    }
+    assert params["auth_type"] == "password"
+    assert params["region_name"] == "RegionOne"
+    assert params["interface"] == "public"
+
+
+def test_cloud_auth_from_os_variables(tmp_path: Path) -> None:
+    env = (
+        "OS_AUTH_URL=http://127.0.0.1:5999/v3\n"
+        "OS_AUTH_TYPE=v3applicationcredential\n"
+        "OS_APPLICATION_CREDENTIAL_ID=app-id-1\n"
+        f"OS_APPLICATION_CREDENTIAL_SECRET={APP_SECRET}\n"
+        "OS_REGION_NAME=RegionOne\n"
+        "OS_INTERFACE=internal\n"
+    )
+    cloud = load(make_project(tmp_path, env_text=env)).cloud
+    assert cloud.cloud is None
+    assert cloud.ansible_params() == {
+        "auth": {
+            "auth_url": "http://127.0.0.1:5999/v3",
+            "application_credential_id": "app-id-1",
+            "application_credential_secret": APP_SECRET,
+        },
+        "auth_type": "v3applicationcredential",
+        "region_name": "RegionOne",
+        "interface": "internal",
+    }
+    assert cloud.describe() == "OS_AUTH_URL (http://127.0.0.1:5999/v3)"
+    assert APP_SECRET not in repr(cloud)
+    assert "http://127.0.0.1:5999/v3" in repr(cloud)
+
+
+def test_password_auth_from_os_variables(tmp_path: Path) -> None:
+    env = (
+        "OS_AUTH_URL=http://127.0.0.1:5999/v3\nOS_USERNAME=u\n"
+        f"OS_PASSWORD={PASSWORD}\nOS_PROJECT_ID=p-123\nOS_USER_DOMAIN_NAME=Default\n"
+    )
+    cloud = load(make_project(tmp_path, env_text=env)).cloud
+    assert cloud.ansible_params()["auth"]["project_id"] == "p-123"
+    assert cloud.describe() == "OS_AUTH_URL (http://127.0.0.1:5999/v3), project p-123"
+
+
+def test_env_file_wins_over_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OS_CLOUD", "other")
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "project" / "clouds.yaml"))
+    monkeypatch.setenv("CIVITAI_TOKEN", "from-environment")
+    monkeypatch.setenv("GPU_RENT_SSH_KEY", "/from/environment")
+    s = load(make_project(tmp_path, env_text="OS_CLOUD=test\nGPU_RENT_SSH_KEY=keys/mine\n"))
+    assert s.cloud.cloud == "test"
+    assert s.ssh_key == s.project_dir / "keys" / "mine"
+    assert s.civitai_token == "from-environment"  # not in .env, so the environment's counts
+
+
+def test_environment_alone_when_no_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OS_CLOUD", "other")
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "project" / "clouds.yaml"))
+    s = load(make_project(tmp_path, env_text=None))
+    assert s.cloud.cloud == "other"
+    assert s.civitai_token is None
+
+
+def test_env_auth_url_ignores_a_stray_os_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OS_CLOUD", "leftover-from-another-shell")
+    s = load(make_project(tmp_path, env_text=f"OS_AUTH_URL=http://127.0.0.1:5999/v3\nOS_PASSWORD={PASSWORD}\n"))
+    assert s.cloud.cloud is None
+
+
+def test_env_file_does_not_touch_os_environ(tmp_path: Path) -> None:
+    before = dict(os.environ)
+    load(make_project(tmp_path))
+    assert dict(os.environ) == before
+
+
+def test_ansible_vars(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path, V + "FLAVOR_FALLBACK=b,c\n"))
+    av = s.ansible_vars()
+    for f in Settings.__dataclass_fields__:
+        assert f"gpu_rent_{f}" in av or f == "cloud"
+    assert av["gpu_rent_flavor_fallback"] == ["b", "c"]
+    assert av["gpu_rent_project_dir"] == str(s.project_dir)
+    assert av["gpu_rent_ssh_key"] == str(s.ssh_key)
+    assert av["gpu_rent_ssh_public_key"] is None  # no key yet, and that is not an error here
+    assert av["gpu_rent_civitai_token"] == CIVITAI
+    assert av["gpu_rent_cloud_auth"]["auth"]["password"] == PASSWORD
+    json.dumps(av)  # plain data only
+    rest = {k: v for k, v in av.items() if k != "gpu_rent_cloud_auth"}
+    assert PASSWORD not in json.dumps(rest)
+
+
+def test_no_secret_in_repr(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    s = load(project)
+    for text in (repr(s), str(s), repr(s.cloud)):
+        assert PASSWORD not in text
+        assert CIVITAI not in text
+    assert "test" in repr(s.cloud)
+    env = (
+        f"OS_AUTH_URL=http://127.0.0.1:5999/v3\nOS_PASSWORD={PASSWORD}\nOS_APPLICATION_CREDENTIAL_SECRET={APP_SECRET}\n"
+    )
+    s = load(make_project(tmp_path, env_text=env))
+    for text in (repr(s), repr(s.cloud)):
+        assert PASSWORD not in text
+        assert APP_SECRET not in text
+
+
+def test_cloud_auth_is_frozen_and_hashable(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path))
+    assert isinstance(s.cloud, CloudAuth)
+    hash(s)
+    with pytest.raises(AttributeError):
+        s.pool = "x"  # type: ignore[misc]
+
+
+# --- ssh key --------------------------------------------------------------------------------------------------------
+
+
+def test_ssh_public_key_missing_private_key(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path, env_text=CLOUD_ENV + "GPU_RENT_SSH_KEY=keys/id\n"))
+    key = s.project_dir / "keys" / "id"
+    with pytest.raises(ConfigError) as caught:
+        s.ssh_public_key()
+    assert str(caught.value) == f".env: GPU_RENT_SSH_KEY={key}: {key} not found (ssh-keygen -t ed25519 -f {key})"
+
+
+def test_ssh_public_key_missing_pub(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path, env_text=CLOUD_ENV + "GPU_RENT_SSH_KEY=keys/id\n"))
+    key = s.project_dir / "keys" / "id"
+    key.parent.mkdir()
+    key.write_text("PRIVATE")
+    with pytest.raises(ConfigError) as caught:
+        s.ssh_public_key()
+    assert str(caught.value) == (
+        f".env: GPU_RENT_SSH_KEY={key}: {key}.pub not found (ssh-keygen -y -f {key} > {key}.pub)"
+    )
+
+
+def test_ssh_public_key_read(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path, env_text=CLOUD_ENV + "GPU_RENT_SSH_KEY=~/k\n"))
+    assert s.ssh_key == Path(os.environ["HOME"]) / "k"
+    Path(f"{s.ssh_key}.pub").write_text("ssh-ed25519 AAAAC3Nz me@laptop\n")
+    assert s.ssh_public_key() == "ssh-ed25519 AAAAC3Nz me@laptop"
+    assert s.ansible_vars()["gpu_rent_ssh_public_key"] == "ssh-ed25519 AAAAC3Nz me@laptop"
