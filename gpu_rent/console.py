@@ -11,8 +11,8 @@ from rich.status import Status
 
 from gpu_rent.runner import Progress
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class ExitCode:

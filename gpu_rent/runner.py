@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -60,7 +61,10 @@ class Progress:
 
 
 def failure_message(res: dict) -> str:
-    """The module's own words, one line."""
+    """The module's own words, one line; for a loop, the first failed item's."""
+    failed_items = [r for r in res.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    if failed_items:
+        return failure_message(failed_items[0])
     message = res.get("msg") or res.get("message") or res.get("stderr") or res.get("reason") or "failed"
     if isinstance(message, list | dict):
         message = json.dumps(message)
@@ -180,6 +184,8 @@ def run_playbook(
                 playbook=str(PLAYBOOKS / f"{name}.yml"),
                 extravars=extravars or {},
                 envvars={
+                    # the ansible-playbook of this Python's environment, whether or not it is on PATH
+                    "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                     "GPU_RENT_PROJECT": str(project_dir),
                     "GPU_RENT_AUTH_FILE": str(auth_path),
                     "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
