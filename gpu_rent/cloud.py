@@ -90,6 +90,8 @@ def observe(conn, prefix: str) -> CloudView:
     wanted = names(prefix)
     servers = []
     for s in conn.compute.servers(details=True, tags=TAG):
+        if s.status == "DELETED":  # listed for a moment after the delete finished
+            continue
         floating = tuple(
             a["addr"] for net in (s.addresses or {}).values() for a in net if a.get("OS-EXT-IPS:type") == "floating"
         )
@@ -129,8 +131,18 @@ def reconcile(state: State, view: CloudView, prefix: str) -> tuple[Phase, str]:
     return state.phase, f"server {server.status.lower()}"
 
 
-def leftovers(state: State, view: CloudView, prefix: str) -> list[Leftover]:
-    """Every billable thing that no state owns, each with its delete command."""
+def stale_ids(state: State, view: CloudView) -> list[str]:
+    """State entries for a server or floating IP the cloud no longer has (stopped or killed elsewhere)."""
+    stale = []
+    if state.resources.get("server") and state.resources["server"] not in {s.id for s in view.servers}:
+        stale.append("server")
+    if state.resources.get("floating_ip") and state.resources["floating_ip"] not in {i.id for i in view.floating_ips}:
+        stale += ["floating_ip", "floating_ip_address"]
+    return stale
+
+
+def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack") -> list[Leftover]:
+    """Every billable thing that no state owns, each with its delete command (`cli` reaches the same cloud)."""
     ours = names(prefix)
     owned_server = state.resources.get("server")
     found = []
@@ -142,7 +154,7 @@ def leftovers(state: State, view: CloudView, prefix: str) -> list[Leftover]:
                 "server",
                 s.id,
                 f"{s.name} ({s.status}, tags {','.join(s.tags)}) is not this project's server",
-                f"openstack server delete {s.id}",
+                f"{cli} server delete {s.id}",
             )
         )
     owned_ip = state.resources.get("floating_ip")
@@ -153,7 +165,7 @@ def leftovers(state: State, view: CloudView, prefix: str) -> list[Leftover]:
         if mine and ip.id == owned_ip:
             continue  # kept on purpose (KEEP_FLOATING_IP)
         why = "gpu-rent's floating IP, left after its server went" if mine else "unattached floating IP"
-        found.append(Leftover("floating_ip", ip.id, f"{ip.address}: {why}", f"openstack floating ip delete {ip.id}"))
+        found.append(Leftover("floating_ip", ip.id, f"{ip.address}: {why}", f"{cli} floating ip delete {ip.id}"))
     return found
 
 

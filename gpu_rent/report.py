@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -87,14 +88,15 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
     phase, why = cloud.reconcile(state, view, settings.name)
     names = cloud.names(settings.name)
     server = view.server(names["server"])
-    if phase != state.phase or (server is None and state.resources.get("server")):
+    stale = cloud.stale_ids(state, view)
+    if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
         # status writes only what the cloud proves, and only when no other command is running
         with contextlib.suppress(StateLocked), store.lock("status", wait=0):
             fresh = load_state(store, say)
             fresh.move_to(phase, f"reconciled by status: {why}")
-            if server is None:
-                fresh.resources.pop("server", None)
-            else:
+            for key in stale:
+                fresh.resources.pop(key, None)
+            if server is not None:
                 fresh.resources["server"] = server.id
             store.save(fresh)
             state = fresh
@@ -112,12 +114,21 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
         server=server,
         address=address,
         volumes=[v for v in view.volumes],
-        leftovers=cloud.leftovers(state, view, settings.name),
+        leftovers=cloud.leftovers(state, view, settings.name, openstack_cli(settings)),
         minutes_alive=minutes,
         cost_so_far=cost,
         price_per_hour=settings.price_per_hour,
         resources=dict(state.resources),
     )
+
+
+def openstack_cli(settings: Settings) -> str:
+    """The `openstack` command line that reaches the project's cloud, for copy and paste."""
+    auth = settings.cloud
+    if not auth.cloud:
+        return "openstack"  # OS_* auth: the user's shell (openrc) has it
+    prefix = f"OS_CLIENT_CONFIG_FILE={shlex.quote(str(auth.config_file))} " if auth.config_file else ""
+    return f"{prefix}openstack --os-cloud {shlex.quote(auth.cloud)}"
 
 
 # ---------------------------------------------------------------------------------------------- doctor

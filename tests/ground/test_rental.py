@@ -1,0 +1,239 @@
+"""gpu-rent up / stop / destroy / status on the ground, as the member user.
+
+One project folder walks the whole life in order: bad input, up, re-up,
+stop, up again, a direct playbook stop, orphans, destroy. Every step checks
+the cloud itself, never only what the CLI printed.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, ssh, wait_for_ssh
+
+BIN = Path(sys.executable).parent
+OPERATOR_CIDR = "10.231.7.1/32"
+
+
+def gpu_rent(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    return subprocess.run(
+        [str(BIN / "gpu-rent"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def state(project: Path) -> dict:
+    return json.loads((project / ".gpu-rent" / "state.json").read_text())
+
+
+def status(project: Path) -> dict:
+    result = gpu_rent(project, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def make_project(tmp: Path, name: str) -> Path:
+    project = tmp / name
+    shutil.copytree(PROJECT, project)
+    with open(project / "gpu-rent.vars", "a") as f:
+        f.write(f"NAME={name}\n")
+    return project
+
+
+class Ours:
+    """Everything in the cloud whose name says it belongs to one project."""
+
+    def __init__(self, conn, name: str):
+        self.conn, self.name = conn, name
+
+    def servers(self):
+        return [s for s in self.conn.compute.servers(details=True) if s.name == self.name]
+
+    def volumes(self):
+        return {v.name: v for v in self.conn.block_storage.volumes() if v.name.startswith(f"{self.name}-")}
+
+    def floating_ips(self):
+        return [ip for ip in self.conn.network.ips() if ip.description == f"gpu-rent {self.name}"]
+
+    def everything(self) -> dict:
+        n = self.name
+        return {
+            "servers": [s.id for s in self.servers()],
+            "volumes": sorted(self.volumes()),
+            "floating_ips": [ip.id for ip in self.floating_ips()],
+            "networks": [x.name for x in self.conn.network.networks() if x.name.startswith(f"{n}-")],
+            "routers": [x.name for x in self.conn.network.routers() if x.name.startswith(f"{n}-")],
+            "security_groups": [x.name for x in self.conn.network.security_groups() if x.name.startswith(f"{n}-")],
+            "keypairs": [x.name for x in self.conn.compute.keypairs() if x.name.startswith(f"{n}-")],
+        }
+
+
+NOTHING = {k: [] for k in ("servers", "volumes", "floating_ips", "networks", "routers", "security_groups", "keypairs")}
+
+
+@pytest.fixture(scope="module")
+def life(tmp_path_factory, member_conn):
+    name = f"t{uuid.uuid4().hex[:6]}"
+    project = make_project(tmp_path_factory.mktemp("rental"), name)
+    yield project, Ours(member_conn, name)
+    gpu_rent(project, "destroy", "--i-understand-data-loss")
+
+
+def test_bad_config_creates_nothing(tmp_path, member_conn):
+    project = make_project(tmp_path, f"t{uuid.uuid4().hex[:6]}")
+    with open(project / "gpu-rent.vars", "a") as f:
+        f.write("DATA_VOLUME_GIB=8\n")
+    result = gpu_rent(project, "up", "--yes")
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip().splitlines()
+        == ["error: gpu-rent.vars:19: unknown key DATA_VOLUME_GIB (did you mean DATA_VOLUME_GB?)"]
+        or "DATA_VOLUME_GIB" in result.stderr
+    )
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert Ours(member_conn, project.name).everything() == NOTHING
+
+
+def test_up_rents_exactly_the_resources_of_the_spec(life):
+    project, ours = life
+    result = gpu_rent(project, "up", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert "at most 1.35/hour" in result.stdout  # said what it rents and what it costs, before renting
+    s = state(project)
+    assert s["phase"] == "bootstrapping"
+    assert s["flavor"] == "gpu.l4.1"  # gpu.a100.1 has no valid host: the first fallback
+    assert s["pool"] == "ru-7a"
+
+    servers = ours.servers()
+    assert len(servers) == 1  # the failed A100 attempt was deleted
+    server = servers[0]
+    assert server.status == "ACTIVE" and sorted(server.tags) == ["gpu-rent", "preemptible"]
+    assert server.id == s["resources"]["server"] and server.availability_zone == "ru-7a"
+    attachments = ours.conn.compute.get(f"/servers/{server.id}/os-volume_attachments", microversion="2.79").json()
+    attached = {a["volumeId"]: a for a in attachments["volumeAttachments"]}
+    volumes = ours.volumes()
+    boot, data = volumes[f"{ours.name}-boot"], volumes[f"{ours.name}-data"]
+    assert set(volumes) == {boot.name, data.name}
+    assert set(attached) == {boot.id, data.id} == {s["resources"]["boot_volume"], s["resources"]["data_volume"]}
+    assert all(a["delete_on_termination"] is False for a in attached.values())
+    assert boot.is_bootable and boot.size == 10 and data.size == 4 and boot.availability_zone == "ru-7a"
+
+    group = ours.conn.network.find_security_group(f"{ours.name}-ssh")
+    ingress = [
+        r for r in ours.conn.network.security_group_rules(security_group_id=group.id) if r.direction == "ingress"
+    ]
+    assert [(r.protocol, r.port_range_min, r.port_range_max, r.remote_ip_prefix) for r in ingress] == [
+        ("tcp", 22, 22, OPERATOR_CIDR)
+    ]
+    assert server.security_groups == [{"name": group.name}]
+
+    ips = ours.floating_ips()
+    assert len(ips) == 1 and ips[0].floating_ip_address == s["resources"]["floating_ip_address"]
+    assert ips[0].port_id and next(ours.conn.network.ports(device_id=server.id)).id == ips[0].port_id
+    assert ours.conn.compute.find_keypair(f"{ours.name}-key") is not None
+    assert ours.everything()["networks"] == [f"{ours.name}-net-ru-7a"]
+    assert ours.everything()["routers"] == [f"{ours.name}-router-ru-7a"]
+    wait_for_ssh(ips[0].floating_ip_address)  # with the user's key: the key pair reached the VM
+    assert ssh(ips[0].floating_ip_address, "true").returncode == 0
+
+
+def test_a_second_up_changes_nothing_in_the_cloud(life):
+    project, ours = life
+    before = ours.everything()
+    result = gpu_rent(project, "up", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert "cloud: 0 changed" in result.stdout
+    assert ours.everything() == before
+
+
+def test_a_rerun_puts_back_a_lost_preemptible_tag(life):
+    project, ours = life
+    server = ours.servers()[0]
+    # e.g. an earlier tool replaced the tag list (the API replaces it whole, as the server module does)
+    ours.conn.compute.put(f"/servers/{server.id}/tags", json={"tags": ["gpu-rent"]}, microversion="2.26")
+    assert ours.conn.compute.get_server(server.id).tags == ["gpu-rent"]
+    assert gpu_rent(project, "up", "--yes").returncode == 0
+    assert sorted(ours.conn.compute.get_server(server.id).tags) == ["gpu-rent", "preemptible"]
+    assert ours.servers()[0].id == server.id  # same server: fixed, not re-created
+
+
+def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
+    project, ours = life
+    volumes = {v.name: v.id for v in ours.volumes().values()}
+    result = gpu_rent(project, "stop")
+    assert result.returncode == 0, result.stderr
+    assert ours.servers() == [] and ours.floating_ips() == []
+    after = ours.volumes()
+    assert {v.name: v.id for v in after.values()} == volumes
+    assert all(v.status == "available" for v in after.values())
+    assert state(project)["phase"] == "idle"
+    assert status(project)["leftovers"] == []
+
+
+def test_up_after_stop_reuses_the_same_volumes(life):
+    project, ours = life
+    volumes = {v.name: v.id for v in ours.volumes().values()}
+    assert gpu_rent(project, "up", "--yes").returncode == 0
+    s = state(project)
+    assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == set(volumes.values())
+    assert {v.name: v.id for v in ours.volumes().values()} == volumes
+
+
+def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(life):
+    project, ours = life
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_", "ANSIBLE_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    result = subprocess.run(
+        ["ansible-playbook", str(REPO / "playbooks" / "stop.yml")],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert ours.servers() == []
+    seen = status(project)
+    assert seen["phase"] == "idle" and seen["server"] is None
+    assert "server" not in state(project)["resources"]
+    assert len(ours.volumes()) == 2
+
+
+def test_status_names_orphans_with_commands_that_delete_them(life, cloud, net):
+    project, ours = life
+    orphan = cloud.server(net, cloud.volume(10, image=True), tags=["gpu-rent"], name="forgotten")
+    stray_ip = ours.conn.network.create_ip(floating_network_id=ours.conn.network.find_network("external").id)
+    cloud.later(lambda: ours.conn.network.delete_ip(stray_ip, ignore_missing=True))
+    leftovers = {x["id"]: x for x in status(project)["leftovers"]}
+    assert set(leftovers) >= {orphan.id, stray_ip.id}
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    for item in (leftovers[orphan.id], leftovers[stray_ip.id]):
+        assert str(CLOUDS_YAML) in item["delete_command"]
+        done = subprocess.run(item["delete_command"], shell=True, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    ours.conn.compute.wait_for_delete(orphan, wait=120)
+    assert {x["id"] for x in status(project)["leftovers"]}.isdisjoint({orphan.id, stray_ip.id})
+
+
+def test_a_corrupt_state_file_is_moved_aside_and_rebuilt_from_the_cloud(life):
+    project, _ = life
+    (project / ".gpu-rent" / "state.json").write_text("{ not json")
+    result = gpu_rent(project, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "moved to state.json.corrupt-" in result.stderr
+    assert list((project / ".gpu-rent").glob("state.json.corrupt-*"))[0].read_text() == "{ not json"
+    assert json.loads(result.stdout)["phase"] == "idle"
+
+
+def test_destroy_refuses_without_the_flag_and_removes_everything_with_it(life):
+    project, ours = life
+    assert gpu_rent(project, "up", "--yes").returncode == 0
+    refused = gpu_rent(project, "destroy")
+    assert refused.returncode == 2 and "--i-understand-data-loss" in refused.stderr
+    assert len(ours.volumes()) == 2 and len(ours.servers()) == 1
+    result = gpu_rent(project, "destroy", "--i-understand-data-loss")
+    assert result.returncode == 0, result.stderr
+    assert ours.everything() == NOTHING
+    assert state(project)["resources"] == {} and state(project)["phase"] == "idle"
