@@ -31,6 +31,7 @@ ground-down:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/ansible-lint --offline -p roles playbooks
 
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -223,7 +223,8 @@ def test_a_corrupt_state_file_is_moved_aside_and_rebuilt_from_the_cloud(life):
     result = gpu_rent(project, "status", "--json")
     assert result.returncode == 0, result.stderr
     assert "moved to state.json.corrupt-" in result.stderr
-    assert list((project / ".gpu-rent").glob("state.json.corrupt-*"))[0].read_text() == "{ not json"
+    (moved,) = (project / ".gpu-rent").glob("state.json.corrupt-*")
+    assert moved.read_text() == "{ not json"
     assert json.loads(result.stdout)["phase"] == "idle"
 
 

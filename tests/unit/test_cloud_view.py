@@ -1,0 +1,66 @@
+"""Reconcile and leftovers: pure decisions over one look at the cloud."""
+
+import pytest
+
+from gpu_rent.cloud import CloudView, FloatingIP, Server, leftovers, reconcile, stale_ids
+from gpu_rent.runner import failure_message
+from gpu_rent.state import Phase, State
+
+
+def server(id="s1", name="gpu-rent", status="ACTIVE", tags=("gpu-rent", "preemptible")):
+    return Server(id, name, status, "active", tags, "gpu.l4.1", "2026-11-29T20:00:00Z", ())
+
+
+def ip(id="f1", port="p1", description="gpu-rent gpu-rent", address="10.231.7.20"):
+    return FloatingIP(id, address, port, description, None)
+
+
+@pytest.mark.parametrize(
+    ("phase", "servers", "expected"),
+    [
+        (Phase.IDLE, (), Phase.IDLE),
+        (Phase.READY_CLOUD, (), Phase.IDLE),  # the idle-killer or a direct stop took it
+        (Phase.BOOTSTRAPPING, (), Phase.IDLE),
+        (Phase.READY_CLOUD, (server(),), Phase.READY_CLOUD),  # alive with no local process is normal
+        (Phase.IDLE, (server(),), Phase.PROVISIONING),  # a server the state did not know
+        (Phase.IDLE, (server(name="other"),), Phase.IDLE),  # not ours
+    ],
+)
+def test_reconcile(phase, servers, expected):
+    assert reconcile(State(phase=phase), CloudView(servers=servers), "gpu-rent")[0] == expected
+
+
+def test_leftovers_name_foreign_tagged_servers_and_unattached_ips_with_delete_commands():
+    state = State(resources={"server": "s1", "floating_ip": "f1"})
+    view = CloudView(
+        servers=(server(), server(id="s2", name="forgotten")),
+        floating_ips=(ip(), ip(id="f2", port=None, description=""), ip(id="f3", port=None)),
+    )
+    found = {x.id: x for x in leftovers(state, view, "gpu-rent", cli="openstack --os-cloud c")}
+    assert set(found) == {"s2", "f2", "f3"}
+    assert found["s2"].delete_command == "openstack --os-cloud c server delete s2"
+    assert found["f2"].delete_command == "openstack --os-cloud c floating ip delete f2"
+    assert "left after its server went" in found["f3"].detail
+
+
+def test_a_kept_floating_ip_is_not_a_leftover():
+    state = State(resources={"floating_ip": "f1"})
+    assert leftovers(state, CloudView(floating_ips=(ip(port=None),)), "gpu-rent") == []
+
+
+def test_our_server_with_a_different_id_than_recorded_is_a_leftover():
+    state = State(resources={"server": "old"})
+    assert [x.id for x in leftovers(state, CloudView(servers=(server(id="new"),)), "gpu-rent")] == ["new"]
+
+
+def test_stale_ids_are_the_ones_the_cloud_no_longer_has():
+    state = State(resources={"server": "s1", "floating_ip": "f1", "floating_ip_address": "a", "boot_volume": "b"})
+    assert stale_ids(state, CloudView()) == ["server", "floating_ip", "floating_ip_address"]
+    assert stale_ids(state, CloudView(servers=(server(),), floating_ips=(ip(),))) == []
+
+
+def test_failure_message_is_one_line_and_picks_the_failed_loop_item():
+    assert failure_message({"msg": "No valid host\nwas found."}) == "No valid host was found."
+    res = {"msg": "One or more items failed", "results": [{"failed": False}, {"failed": True, "msg": "volume x"}]}
+    assert failure_message(res) == "volume x"
+    assert failure_message({}) == "failed"
