@@ -16,7 +16,8 @@ def test_the_collection_builds_with_roles_playbooks_and_the_vars_plugin(tmp_path
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (archive,) = tmp_path.glob("gpu_rent-rental-*.tar.gz")
-    names = set(tarfile.open(archive).getnames())
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
     for needed in (
         "roles/server/tasks/main.yml",
         "roles/server/meta/argument_specs.yml",
