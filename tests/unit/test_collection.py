@@ -42,3 +42,11 @@ def test_every_role_declares_its_arguments_and_prefixes_its_variables():
             assert name in specs["options"], f"{role.name}: {name} not in meta/argument_specs.yml"
         comments = [line for line in (role / "defaults" / "main.yml").read_text().splitlines() if line.startswith("#")]
         assert len(comments) >= len(defaults), f"{role.name}: every default needs its one-line comment"
+
+
+def test_the_readme_documents_every_setting():
+    from gpu_rent.config import KEYS
+
+    readme = (REPO / "README.md").read_text()
+    missing = [key for key in KEYS if f"`{key}`" not in readme]
+    assert missing == []
