@@ -13,14 +13,16 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import openstack.exceptions
 import typer
+from keystoneauth1 import exceptions as ksa_exceptions
 from rich.table import Table
 
 from gpu_rent import __version__, cloud, config
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
 from gpu_rent.report import doctor_checks, status_report
-from gpu_rent.state import StateError, StateStore
+from gpu_rent.state import StateError, StateLocked, StateStore
 
 app = typer.Typer(
     name="gpu-rent",
@@ -72,11 +74,14 @@ def _fail(e: Exception) -> typer.Exit:
     if isinstance(e, config.ConfigError):
         error(str(e))
         return typer.Exit(ExitCode.BAD_INPUT)
-    if isinstance(e, StateError) and type(e).__name__ == "StateLocked":
+    if isinstance(e, StateLocked):
         error(str(e))
         return typer.Exit(ExitCode.BUSY)
     if isinstance(e, CloudUnreachable):
         error(str(e))
+        return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
+    if isinstance(e, CLOUD_ERRORS):
+        error(f"the cloud refused or failed a request: {' '.join(str(e).split())[:400]}")
         return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
     if isinstance(e, OperationFailed):
         if e.canceled:
@@ -88,7 +93,9 @@ def _fail(e: Exception) -> typer.Exit:
     return typer.Exit(ExitCode.FAILED)
 
 
-HANDLED = (config.ConfigError, StateError, CloudUnreachable, OperationFailed)
+# what the cloud or keystoneauth raise after a successful login: one line, never a traceback
+CLOUD_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
+HANDLED = (config.ConfigError, StateError, CloudUnreachable, OperationFailed, *CLOUD_ERRORS, OSError)
 
 
 def _rental(settings: config.Settings) -> Rental:
@@ -190,7 +197,10 @@ def status(
 def doctor(project: ProjectOption = Path(".")) -> None:
     """Check auth, the catalog, flavors, image, network, quotas and the SSH key. Never changes anything."""
     settings = _settings(project)
-    checks = doctor_checks(settings)
+    try:
+        checks = doctor_checks(settings)
+    except HANDLED as e:
+        raise _fail(e) from None
     for check in checks:
         mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
         console.print(f"{mark} {check.name}: {check.detail}")

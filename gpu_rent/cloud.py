@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from gpu_rent.config import resource_names as names
 from gpu_rent.state import Phase, State
 
 TAG = "gpu-rent"
+PREEMPTIBLE = "preemptible"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Server:
     created: str | None
     addresses: tuple[str, ...]  # floating addresses
     fault: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Volume:
     status: str
     size: int
     availability_zone: str | None
+    gpu_rent: str | None = None  # the volume's gpu-rent metadata: boot or data
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,11 @@ class CloudView:
     snapshots: tuple[str, ...] = ()
     taken_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
-    def server(self, name: str) -> Server | None:
-        return next((s for s in self.servers if s.name == name), None)
+    def server(self, name: str, recorded: str | None = None) -> Server | None:
+        """Our server: the recorded id if the cloud has it, else the first with our name."""
+        return next((s for s in self.servers if s.id == recorded), None) or next(
+            (s for s in self.servers if s.name == name), None
+        )
 
     def volume(self, name: str) -> Volume | None:
         return next((v for v in self.volumes if v.name == name), None)
@@ -74,36 +81,31 @@ class Leftover:
     delete_command: str
 
 
-def names(prefix: str) -> dict[str, str]:
-    return {
-        "server": prefix,
-        "boot_volume": f"{prefix}-boot",
-        "data_volume": f"{prefix}-data",
-        "floating_ip_description": f"gpu-rent {prefix}",
-        "keypair": f"{prefix}-key",
-        "security_group": f"{prefix}-ssh",
-        "snapshot": f"{prefix}-boot-ok",
-    }
-
-
 def observe(conn, prefix: str) -> CloudView:
+    """One read of the project: servers tagged gpu-rent or named ours (a lost tag must not hide one),
+    volumes with our names or gpu-rent metadata, every floating IP, our boot snapshot."""
     wanted = names(prefix)
     servers = []
-    for s in conn.compute.servers(details=True, tags=TAG):
+    for s in conn.compute.servers(details=True):
         if s.status == "DELETED":  # listed for a moment after the delete finished
+            continue
+        if TAG not in (s.tags or ()) and s.name != wanted["server"]:
             continue
         floating = tuple(
             a["addr"] for net in (s.addresses or {}).values() for a in net if a.get("OS-EXT-IPS:type") == "floating"
         )
         fault = (s.fault or {}).get("message") if s.fault else None
         flavor = (s.flavor or {}).get("original_name") or (s.flavor or {}).get("name")
+        metadata = tuple(sorted((s.metadata or {}).items()))
         servers.append(
-            Server(s.id, s.name, s.status, s.vm_state, tuple(s.tags or ()), flavor, s.created_at, floating, fault)
+            Server(
+                s.id, s.name, s.status, s.vm_state, tuple(s.tags or ()), flavor, s.created_at, floating, fault, metadata
+            )
         )
     volumes = tuple(
-        Volume(v.id, v.name, v.status, v.size, v.availability_zone)
+        Volume(v.id, v.name, v.status, v.size, v.availability_zone, (v.metadata or {}).get(TAG))
         for v in conn.block_storage.volumes(details=True)
-        if v.name in (wanted["boot_volume"], wanted["data_volume"])
+        if v.name in (wanted["boot_volume"], wanted["data_volume"]) or TAG in (v.metadata or {})
     )
     ips = tuple(
         FloatingIP(ip.id, ip.floating_ip_address, ip.port_id, ip.description or "", ip.fixed_ip_address)
@@ -120,7 +122,7 @@ def reconcile(state: State, view: CloudView, prefix: str) -> tuple[Phase, str]:
     whatever the state says); a state that thinks a server runs when the cloud
     has none goes back to idle (the idle-killer, a direct stop, or preemption).
     """
-    server = view.server(names(prefix)["server"])
+    server = view.server(names(prefix)["server"], state.resources.get("server"))
     if server is None:
         if state.phase is Phase.IDLE:
             return Phase.IDLE, "no server"
@@ -142,31 +144,48 @@ def stale_ids(state: State, view: CloudView) -> list[str]:
 
 
 def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack") -> list[Leftover]:
-    """Every billable thing that no state owns, each with its delete command (`cli` reaches the same cloud)."""
+    """Every billable thing not in use by this project's rental, each with its delete command."""
     ours = names(prefix)
-    owned_server = state.resources.get("server")
+    mine = view.server(ours["server"], state.resources.get("server"))
     found = []
     for s in view.servers:
-        if s.name == ours["server"] and (owned_server in (None, s.id)):
-            continue  # ours: either recorded, or recorded state was lost and status reconciles it
+        if mine is not None and s.id == mine.id:
+            continue
+        owner = dict(s.metadata).get(TAG)
+        why = "a second server with this project's name" if s.name == ours["server"] else "not this project's server"
+        if owner and owner != prefix:
+            why = f"belongs to gpu-rent project NAME={owner}"
+        detail = f"{s.name} ({s.status}, tags {','.join(s.tags)}): {why}"
+        found.append(Leftover("server", s.id, detail, f"{cli} server delete {s.id}"))
+    for v in view.volumes:
+        if v.name in (ours["boot_volume"], ours["data_volume"]):
+            continue  # ours, kept on purpose between rentals (destroy removes them)
         found.append(
             Leftover(
-                "server",
-                s.id,
-                f"{s.name} ({s.status}, tags {','.join(s.tags)}) is not this project's server",
-                f"{cli} server delete {s.id}",
+                "volume",
+                v.id,
+                f"{v.name} ({v.size} GB {v.status}): a gpu-rent {v.gpu_rent or ''} volume of another NAME",
+                f"{cli} volume delete {v.id}",
             )
         )
-    owned_ip = state.resources.get("floating_ip")
     for ip in view.floating_ips:
         if ip.port_id:
-            continue  # attached: billed with its server, named there
-        mine = ip.description == ours["floating_ip_description"]
-        if mine and ip.id == owned_ip:
-            continue  # kept on purpose (KEEP_FLOATING_IP)
-        why = "gpu-rent's floating IP, left after its server went" if mine else "unattached floating IP"
+            continue  # attached: billed with its server, which is named above or is in use
+        if ip.description == ours["floating_ip_description"]:
+            why = (
+                "kept for the next up (KEEP_FLOATING_IP=true)"
+                if ip.id == state.resources.get("floating_ip")
+                else "gpu-rent's floating IP, left after its server went"
+            )
+        else:
+            why = "unattached floating IP"
         found.append(Leftover("floating_ip", ip.id, f"{ip.address}: {why}", f"{cli} floating ip delete {ip.id}"))
     return found
+
+
+def missing_preemptible(server: Server | None) -> bool:
+    """Without the tag, Selectel bills the server at the full price."""
+    return server is not None and PREEMPTIBLE not in server.tags
 
 
 def alive_minutes(server: Server, now: datetime | None = None) -> float | None:

@@ -11,15 +11,18 @@ import ipaddress
 import math
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import urlparse
 
 import openstack.config
 import openstack.connection
 import openstack.exceptions
 from dotenv import dotenv_values
+from keystoneauth1 import exceptions as ksa_exceptions
 from openstack.config.cloud_region import CloudRegion
 
 VARS_FILE = "gpu-rent.vars"
@@ -313,6 +316,10 @@ def _merged_env(file_env: dict[str, str] | None, environ: Mapping[str, str]) -> 
     return {**wanted, **file_env}
 
 
+# What resolving a cloud configuration raises for a bad entry (e.g. an unknown auth_type)
+CONFIG_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
+
+
 @dataclass(frozen=True)
 class CloudAuth:
     """What is needed to reach the cloud: a clouds.yaml entry, or OS_* values given directly."""
@@ -380,7 +387,7 @@ def _cloud_auth(env: dict[str, str], file_env: dict[str, str] | None, project_di
         auth = CloudAuth(options=tuple(sorted(options.items())))
         try:
             auth.region()
-        except openstack.exceptions.SDKException as exc:
+        except CONFIG_ERRORS as exc:
             raise ConfigError(_source("OS_AUTH_URL", file_env), f"OS_* cloud auth: {exc}", key="OS_AUTH_URL") from None
         return auth
     raise ConfigError(
@@ -415,7 +422,7 @@ def _named_cloud(env: dict[str, str], file_env: dict[str, str] | None, project_d
         raise ConfigError(where, f"OS_CLOUD={name} is not in {read} (clouds there: {known})", key="OS_CLOUD")
     try:
         auth.region()
-    except openstack.exceptions.SDKException as exc:
+    except CONFIG_ERRORS as exc:
         raise ConfigError(where, f"OS_CLOUD={name}: {exc}", key="OS_CLOUD") from None
     return auth
 
@@ -455,7 +462,7 @@ class Settings:
     swarmui_version: str
     require_gpu: bool
     ssh_key: Path
-    cloud: CloudAuth
+    cloud: CloudAuth | None  # None only for load(with_cloud=False), where the caller brings the auth
     civitai_token: str | None = field(default=None, repr=False)
 
     @property
@@ -489,8 +496,9 @@ class Settings:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, CloudAuth):
-                out["gpu_rent_cloud_auth"] = value.ansible_params()
+            if f.name == "cloud":
+                if value is not None:
+                    out["gpu_rent_cloud_auth"] = value.ansible_params()
                 continue
             if isinstance(value, tuple):
                 value = list(value)
@@ -505,16 +513,62 @@ class Settings:
         out["gpu_rent_flavors"] = list(self.flavors())
         out["gpu_rent_pools"] = list(self.pools())
         out["gpu_rent_runtime_dir"] = str(self.runtime_dir)
+        out["gpu_rent_names"] = resource_names(self.name)
         return out
 
+    def resolved_operator_cidr(self) -> str:
+        """OPERATOR_CIDR, with "auto" resolved to the address this machine reaches the cloud from."""
+        if self.operator_cidr != "auto":
+            return self.operator_cidr
+        if self.cloud is None:
+            raise ConfigError(VARS_FILE, "OPERATOR_CIDR=auto needs the cloud's address; set OPERATOR_CIDR")
+        host = urlparse(str(self.cloud.region().config["auth"].get("auth_url", ""))).hostname or ""
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((host, 443))  # UDP: nothing is sent, the kernel only picks the route
+                address = ipaddress.ip_address(s.getsockname()[0])
+        except OSError as e:
+            raise ConfigError(VARS_FILE, f"OPERATOR_CIDR=auto: no route to {host} ({e}); set OPERATOR_CIDR") from None
+        if not address.is_global:
+            raise ConfigError(
+                VARS_FILE,
+                f"OPERATOR_CIDR=auto: this machine reaches the cloud from {address}, a private address (NAT): "
+                "set OPERATOR_CIDR to your public address, e.g. OPERATOR_CIDR=203.0.113.7/32",
+                key="OPERATOR_CIDR",
+            )
+        return f"{address}/32"
 
-def load(project_dir: Path) -> Settings:
-    """Read and check `<project_dir>/gpu-rent.vars` and `.env`; raise ConfigError on the first problem."""
+
+def resource_names(prefix: str) -> dict[str, str]:
+    """Every cloud resource's name, from NAME: the one place roles, status and dry-run take them from."""
+    return {
+        "server": prefix,
+        "boot_volume": f"{prefix}-boot",
+        "data_volume": f"{prefix}-data",
+        "floating_ip_description": f"gpu-rent {prefix}",
+        "keypair": f"{prefix}-key",
+        "security_group": f"{prefix}-ssh",
+        "snapshot": f"{prefix}-boot-ok",
+        "network_prefix": f"{prefix}-net-",
+        "subnet_prefix": f"{prefix}-subnet-",
+        "router_prefix": f"{prefix}-router-",
+    }
+
+
+def load(project_dir: Path, *, with_cloud: bool = True) -> Settings:
+    """Read and check `<project_dir>/gpu-rent.vars` and `.env`; raise ConfigError on the first problem.
+
+    with_cloud=False skips resolving the cloud auth: the vars plugin gets it from the CLI's auth file.
+    """
     project_dir = Path(project_dir).expanduser().resolve()
     values = _read_vars(project_dir)
     file_env = _read_env(project_dir)
-    env = _merged_env(file_env, os.environ)
-    cloud = _cloud_auth(env, file_env, project_dir)
+    if with_cloud:
+        env = _merged_env(file_env, os.environ)
+        cloud = _cloud_auth(env, file_env, project_dir)
+    else:
+        env = {**{k: v for k, v in os.environ.items() if k in ENV_KEYS}, **(file_env or {})}
+        cloud = None
     return Settings(
         project_dir=project_dir,
         **{key.lower(): value for key, value in values.items()},

@@ -8,16 +8,14 @@ next command cannot name.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from gpu_rent import cloud
-from gpu_rent.config import ConfigError, Settings
+from gpu_rent.config import Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateStore
 
@@ -70,7 +68,7 @@ class PlanItem:
 
 def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
     """What `up` would create or reuse: the same answer for dry-run and for up's question."""
-    n = cloud.names(settings.name)
+    n = resource_names(settings.name)
     items = []
     net = f"{settings.name}-net-{settings.pool}"
     items.append(
@@ -90,39 +88,15 @@ def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
             detail += f" from image {settings.image}"
         items.append(PlanItem(label, name, "reuse" if vol else "create", detail))
     server = view.server(n["server"])
-    if server:
+    if server and server.status != "ERROR":
         items.append(PlanItem("server", server.name, "reuse", f"{server.status}, {server.flavor}"))
-    else:
+    else:  # none, or one in ERROR that up deletes (volumes kept) and rents anew
         price = f", at most {settings.price_per_hour:g}/hour" if settings.price_per_hour is not None else ""
         flavors = " → ".join(settings.flavors())
         items.append(PlanItem("server", n["server"], "create", f"preemptible, {flavors} in {settings.pool}{price}"))
     ours = next((ip for ip in view.floating_ips if ip.description == n["floating_ip_description"]), None)
     items.append(PlanItem("floating IP", ours.address if ours else "-", "reuse" if ours else "create"))
     return items
-
-
-# ---------------------------------------------------------------------------------------------- operator address
-
-
-def operator_cidr(settings: Settings) -> str:
-    """OPERATOR_CIDR, with "auto" resolved to the address this machine reaches the cloud from."""
-    if settings.operator_cidr != "auto":
-        return settings.operator_cidr
-    host = urlparse(settings.cloud.region().config["auth"]["auth_url"]).hostname or ""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((host, 443))  # UDP: no packet is sent, the kernel only picks the route
-            address = ipaddress.ip_address(s.getsockname()[0])
-    except OSError as e:
-        raise ConfigError("gpu-rent.vars", f"OPERATOR_CIDR=auto: no route to {host} ({e}); set OPERATOR_CIDR") from None
-    if not address.is_global:
-        raise ConfigError(
-            "gpu-rent.vars",
-            f"OPERATOR_CIDR=auto: this machine reaches the cloud from {address}, a private address (NAT): "
-            "set OPERATOR_CIDR to your public address, e.g. OPERATOR_CIDR=203.0.113.7/32",
-            key="OPERATOR_CIDR",
-        )
-    return f"{address}/32"
 
 
 # ---------------------------------------------------------------------------------------------- operations
@@ -170,7 +144,7 @@ class Rental:
 
     def up(self, confirm: Callable[[list[PlanItem]], bool]) -> tuple[State, PlaybookResult]:
         self.settings.ssh_public_key()  # a missing key is bad input: before anything is rented
-        cidr = operator_cidr(self.settings)
+        cidr = self.settings.resolved_operator_cidr()
         with self.store.lock("up"):
             state = load_state(self.store, self.say)
             conn = connect(self.settings)
@@ -231,12 +205,6 @@ def _rel(path: Path | None, settings: Settings) -> str:
         return str(path.relative_to(settings.project_dir))
     except ValueError:
         return str(path)
-
-
-def noop_progress(title: str):
-    from contextlib import nullcontext
-
-    return nullcontext(lambda _p: None)
 
 
 __all__ = ["CloudUnreachable", "OperationFailed", "PlanItem", "Progress", "Rental", "plan"]

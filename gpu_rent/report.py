@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpu_rent import cloud
-from gpu_rent.config import ConfigError, Settings
+from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.rental import connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
 
@@ -85,21 +85,24 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
     state = load_state(store, say)
     conn = connect(settings)
     view = cloud.observe(conn, settings.name)
-    phase, why = cloud.reconcile(state, view, settings.name)
-    names = cloud.names(settings.name)
-    server = view.server(names["server"])
-    stale = cloud.stale_ids(state, view)
-    if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
-        # status writes only what the cloud proves, and only when no other command is running
-        with contextlib.suppress(StateLocked), store.lock("status", wait=0):
-            fresh = load_state(store, say)
-            fresh.move_to(phase, f"reconciled by status: {why}")
+    names = resource_names(settings.name)
+    # status writes only what the cloud proves, and only when no other command is running
+    with contextlib.suppress(StateLocked), store.lock("status", wait=0):
+        state = load_state(store, say)
+        phase, why = cloud.reconcile(state, view, settings.name)
+        server = view.server(names["server"], state.resources.get("server"))
+        stale = cloud.stale_ids(state, view)
+        if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
+            state.move_to(phase, f"reconciled by status: {why}")
             for key in stale:
-                fresh.resources.pop(key, None)
+                state.resources.pop(key, None)
             if server is not None:
-                fresh.resources["server"] = server.id
-            store.save(fresh)
-            state = fresh
+                state.resources["server"] = server.id
+            store.save(state)
+    phase, why = cloud.reconcile(state, view, settings.name)
+    server = view.server(names["server"], state.resources.get("server"))
+    if cloud.missing_preemptible(server):
+        say(f"server {server.name} has no 'preemptible' tag: it bills at the full price; `gpu-rent up` restores it")
     minutes = cloud.alive_minutes(server) if server else None
     cost = None
     if minutes is not None and settings.price_per_hour is not None:
@@ -109,7 +112,7 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
     return StatusReport(
         project=str(settings.project_dir),
         cloud=settings.cloud.describe(),
-        phase=state.phase,
+        phase=phase,
         phase_note=why,
         server=server,
         address=address,

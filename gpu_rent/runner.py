@@ -26,9 +26,13 @@ import ansible_runner
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOKS = REPO / "playbooks"
 GRACE_SECONDS = 5.0
-# Variables that may hold secrets: ansible-runner records the job's whole
-# environment in its artifacts, so these never reach it.
-SECRET_ENV = ("OS_PASSWORD", "OS_APPLICATION_CREDENTIAL_SECRET", "OS_TOKEN", "OS_AUTH_TOKEN", "CIVITAI_TOKEN")
+
+
+# ansible-runner records the job's whole environment in its artifacts: no cloud
+# auth (every OS_*) and no token may be in it. The playbook gets the auth from
+# the 0600 file the vars plugin reads and deletes.
+def _secret(name: str) -> bool:
+    return name.startswith("OS_") or name in ("CIVITAI_TOKEN", "HF_TOKEN")
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,6 @@ class PlaybookResult:
     ok: bool
     canceled: bool = False
     failure: Failure | None = None
-    stats: dict = field(default_factory=dict)  # merged set_stats data
     changed: dict[str, int] = field(default_factory=dict)  # host -> changed tasks
     log: Path | None = None
 
@@ -109,6 +112,9 @@ def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
     """The resolved cloud auth for the vars plugin, 0600, gone after the run."""
     path = runtime / "runner" / f"auth-{os.getpid()}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.glob("auth-*.json"):  # left by a run that was killed
+        if not _alive(int(old.stem.removeprefix("auth-") or 0)):
+            old.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(auth, f)
@@ -118,9 +124,19 @@ def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
         path.unlink(missing_ok=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
+
+
 @contextlib.contextmanager
 def _without_secrets() -> Iterator[None]:
-    saved = {k: os.environ.pop(k) for k in SECRET_ENV if k in os.environ}
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if _secret(k)}
     try:
         yield
     finally:
@@ -160,10 +176,8 @@ def run_playbook(
             on_progress(Progress(current["task"], data.get("host"), current["started"]))
         elif kind == "runner_on_ok":
             stats = (data.get("res") or {}).get("ansible_stats", {}).get("data")
-            if stats:
-                _merge(result.stats, stats)
-                if on_stats:
-                    on_stats(stats)
+            if stats and on_stats:
+                on_stats(stats)
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             failures.append(Failure(data.get("task", "?"), data.get("host", "?"), failure_message(data.get("res", {}))))
         elif kind == "playbook_on_stats":
@@ -198,6 +212,8 @@ def run_playbook(
                 event_handler=handle,
                 cancel_callback=cancel,
                 rotate_artifacts=5,
+                # how often the runner asks cancel_callback: Ctrl+C acts within a quarter second
+                settings={"pexpect_timeout": 0.25},
                 suppress_env_files=True,
             )
     finally:
@@ -207,14 +223,6 @@ def run_playbook(
     if not result.ok and not result.canceled:
         result.failure = failures[-1] if failures else Failure("ansible-playbook", "localhost", _tail(log_path))
     return result
-
-
-def _merge(into: dict, data: dict) -> None:
-    for key, value in data.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def _tail(path: Path) -> str:

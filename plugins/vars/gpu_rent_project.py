@@ -43,28 +43,25 @@ def project_vars() -> dict:
         if not (project / "gpu-rent.vars").is_file():
             _cache[key] = {}
         else:
+            # The CLI hands over the resolved auth in a 0600 file, so no secret travels in the
+            # environment that ansible-runner records; the file goes as soon as it is read.
+            auth_file = os.environ.get("GPU_RENT_AUTH_FILE")
             try:
-                settings = config.load(project)
+                settings = config.load(project, with_cloud=not auth_file)
+                found = settings.ansible_vars()
+                if settings.cloud is not None:  # a direct run: resolve "auto" here, as the CLI does
+                    found["gpu_rent_operator_cidr"] = settings.resolved_operator_cidr()
             except config.ConfigError as e:
                 raise AnsibleError(f"gpu-rent configuration: {e}") from None
-            found = settings.ansible_vars()
-            # The CLI hands over the resolved auth in a 0600 file it deletes after
-            # the run, so no secret travels in the environment ansible-runner records.
-            auth_file = os.environ.get("GPU_RENT_AUTH_FILE")
             if auth_file:
-                found["gpu_rent_cloud_auth"] = json.loads(Path(auth_file).read_text())
-            found["gpu_rent_state"] = _state(project)
+                path = Path(auth_file)
+                try:
+                    found["gpu_rent_cloud_auth"] = json.loads(path.read_text())
+                except (OSError, ValueError) as e:
+                    raise AnsibleError(f"gpu-rent: the cloud auth handed over by the CLI is unreadable: {e}") from None
+                path.unlink(missing_ok=True)
             _cache[key] = found
     return _cache[key]
-
-
-def _state(project: Path) -> dict:
-    """The wrapper's record of ids, read-only here: roles find resources by name."""
-    path = project / ".gpu-rent" / "state.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 class VarsModule(BaseVarsPlugin):

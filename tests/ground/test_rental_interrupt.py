@@ -34,8 +34,10 @@ def test_ctrl_c_during_up_cancels_the_playbook_and_up_resumes(tmp_path, member_c
         # interrupt once the volumes exist and the server is being rented
         wait_until(
             "up to record its volumes",
-            lambda: (project / ".gpu-rent/state.json").exists()
-            and "data_volume" in json.loads((project / ".gpu-rent/state.json").read_text())["resources"],
+            lambda: (
+                (project / ".gpu-rent/state.json").exists()
+                and "data_volume" in json.loads((project / ".gpu-rent/state.json").read_text())["resources"]
+            ),
             180,
             0.2,
         )

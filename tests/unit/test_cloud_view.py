@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpu_rent.cloud import CloudView, FloatingIP, Server, leftovers, reconcile, stale_ids
+from gpu_rent.cloud import CloudView, FloatingIP, Server, leftovers, missing_preemptible, reconcile, stale_ids
 from gpu_rent.runner import failure_message
 from gpu_rent.state import Phase, State
 
@@ -43,14 +43,32 @@ def test_leftovers_name_foreign_tagged_servers_and_unattached_ips_with_delete_co
     assert "left after its server went" in found["f3"].detail
 
 
-def test_a_kept_floating_ip_is_not_a_leftover():
+def test_a_kept_floating_ip_is_named_with_its_delete_command():
     state = State(resources={"floating_ip": "f1"})
-    assert leftovers(state, CloudView(floating_ips=(ip(port=None),)), "gpu-rent") == []
+    (kept,) = leftovers(state, CloudView(floating_ips=(ip(port=None),)), "gpu-rent")
+    assert "KEEP_FLOATING_IP" in kept.detail and kept.delete_command == "openstack floating ip delete f1"
 
 
-def test_our_server_with_a_different_id_than_recorded_is_a_leftover():
-    state = State(resources={"server": "old"})
-    assert [x.id for x in leftovers(state, CloudView(servers=(server(id="new"),)), "gpu-rent")] == ["new"]
+def test_a_second_server_with_our_name_is_a_leftover_and_the_recorded_one_is_ours():
+    state = State(resources={"server": "s2"})
+    view = CloudView(servers=(server(id="s1"), server(id="s2")))
+    assert [x.id for x in leftovers(state, view, "gpu-rent")] == ["s1"]
+
+
+def test_a_server_that_lost_its_tags_is_still_ours_and_still_seen():
+    untagged = server(tags=())
+    view = CloudView(servers=(untagged,))
+    assert view.server("gpu-rent") == untagged
+    assert missing_preemptible(untagged) and not missing_preemptible(server())
+    assert stale_ids(State(resources={"server": "s1"}), view) == []
+
+
+def test_volumes_of_another_name_are_leftovers_ours_are_not():
+    from gpu_rent.cloud import Volume
+
+    view = CloudView(volumes=(Volume("v1", "gpu-rent-data", "available", 4, "ru-7a", "data"),
+                              Volume("v2", "old-data", "available", 4, "ru-7a", "data")))  # fmt: skip
+    assert [x.id for x in leftovers(State(), view, "gpu-rent")] == ["v2"]
 
 
 def test_stale_ids_are_the_ones_the_cloud_no_longer_has():
