@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_rent import cloud
-from gpu_rent.config import Settings, resource_names
+from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateStore
 
@@ -66,8 +66,23 @@ class PlanItem:
     detail: str = ""
 
 
+def preflight(settings: Settings, view: cloud.CloudView, conn) -> None:
+    """Names in gpu-rent.vars that the cloud does not have: bad input, refused before anything is created."""
+    for name in settings.flavors():
+        if conn.compute.find_flavor(name, ignore_missing=True) is None:
+            key = "FLAVOR" if name == settings.flavor else "FLAVOR_FALLBACK"
+            raise ConfigError(VARS_FILE, f"{key}: flavor {name} does not exist in this cloud", key=key)
+    names = resource_names(settings.name)
+    if view.volume(names["boot_volume"]) is None and conn.image.find_image(settings.image, ignore_missing=True) is None:
+        raise ConfigError(VARS_FILE, f"IMAGE={settings.image}: no such image in this cloud", key="IMAGE")
+    zones = {z.name for z in conn.compute.availability_zones()}
+    if settings.pool not in zones:
+        raise ConfigError(VARS_FILE, f"POOL={settings.pool}: no such pool here (pools: {', '.join(sorted(zones))})")
+
+
 def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
     """What `up` would create or reuse: the same answer for dry-run and for up's question."""
+    preflight(settings, view, conn)
     n = resource_names(settings.name)
     items = []
     net = f"{settings.name}-net-{settings.pool}"

@@ -238,3 +238,54 @@ def test_destroy_refuses_without_the_flag_and_removes_everything_with_it(life):
     assert result.returncode == 0, result.stderr
     assert ours.everything() == NOTHING
     assert state(project)["resources"] == {} and state(project)["phase"] == "idle"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("FLAVOR_FALLBACK=gpu.l4.1,gpu.nope", "FLAVOR_FALLBACK: flavor gpu.nope does not exist"),
+        ("IMAGE=No Such Image", "IMAGE=No Such Image: no such image"),
+        ("POOL=ru-9z", "POOL=ru-9z: no such pool"),
+    ],
+)
+def test_names_the_cloud_lacks_are_refused_before_anything_is_created(tmp_path, member_conn, line, message):
+    project = make_project(tmp_path, f"t{uuid.uuid4().hex[:6]}")
+    key = line.split("=")[0]
+    text = "".join(
+        f"{line}\n" if existing.startswith(f"{key}=") else existing
+        for existing in (project / "gpu-rent.vars").read_text().splitlines(keepends=True)
+    )
+    (project / "gpu-rent.vars").write_text(text)
+    result = gpu_rent(project, "up", "--yes")
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert Ours(member_conn, project.name).everything() == NOTHING
+
+
+def test_up_brings_back_a_shelved_server_with_the_same_disks(tmp_path, member_conn):
+    project = make_project(tmp_path, f"t{uuid.uuid4().hex[:6]}")
+    ours = Ours(member_conn, project.name)
+    try:
+        assert gpu_rent(project, "up", "--yes").returncode == 0
+        server = ours.servers()[0]
+        member_conn.compute.shelve_server(server)  # what a preemption or a "freeze" leaves
+        member_conn.compute.wait_for_server(server, status="SHELVED_OFFLOADED", wait=120)
+        again = gpu_rent(project, "up", "--yes")
+        assert again.returncode == 0, again.stderr
+        assert [s.id for s in ours.servers()] == [server.id]
+        assert member_conn.compute.get_server(server.id).status == "ACTIVE"
+        assert state(project)["phase"] == "bootstrapping"
+    finally:
+        gpu_rent(project, "destroy", "--i-understand-data-loss")
+
+
+def test_no_secret_reaches_the_logs_state_or_runner_artifacts(life):
+    project, _ = life
+    import yaml
+
+    password = yaml.safe_load(CLOUDS_YAML.read_text())["clouds"]["ground"]["auth"]["password"]
+    files = [p for p in (project / ".gpu-rent").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" for p in files) and any(p.name == "command" for p in files)
+    leaking = [str(p) for p in files if password.encode() in p.read_bytes()]
+    assert leaking == []
+    assert not list((project / ".gpu-rent").rglob("auth-*.json"))  # the handed-over auth is gone
