@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup ground-up ground-down test check lint unit
+.PHONY: help setup ground-up ground-down test check lint unit demo
 
 help:
 	@echo "make setup        project venv (.venv) with gpu-rent and the dev tools"
@@ -13,6 +13,7 @@ help:
 	@echo "make ground-down  stop everything ground-up started"
 	@echo "make test         setup + ground-up + lint + all tests (what CI runs)"
 	@echo "make check        lint + all tests against a ground that is already up"
+	@echo "make demo         setup + ground-up + gpu-rent up, status, stop in .ground/project"
 
 setup: $(VENV)/.installed
 
@@ -40,3 +41,11 @@ check: lint
 	$(BIN)/pytest --timeout 600 $(PYTEST_ARGS)
 
 test: setup ground-up check
+
+# The main job on the test ground, as far as it is built: rent, look, stop.
+demo: setup ground-up
+	cd .ground/project && ../../$(BIN)/gpu-rent doctor
+	cd .ground/project && ../../$(BIN)/gpu-rent up --yes
+	cd .ground/project && ../../$(BIN)/gpu-rent status
+	cd .ground/project && ../../$(BIN)/gpu-rent stop
+	cd .ground/project && ../../$(BIN)/gpu-rent status

@@ -289,3 +289,20 @@ def test_no_secret_reaches_the_logs_state_or_runner_artifacts(life):
     leaking = [str(p) for p in files if password.encode() in p.read_bytes()]
     assert leaking == []
     assert not list((project / ".gpu-rent").rglob("auth-*.json"))  # the handed-over auth is gone
+
+
+def test_a_flavor_over_quota_falls_back_to_the_next(tmp_path, member_conn):
+    project = make_project(tmp_path, f"t{uuid.uuid4().hex[:6]}")
+    with open(project / "gpu-rent.vars") as f:
+        lines = [line for line in f if not line.startswith(("FLAVOR=", "FLAVOR_FALLBACK="))]
+    (project / "gpu-rent.vars").write_text("".join(lines) + "FLAVOR=gpu.h100.8\nFLAVOR_FALLBACK=gpu.l4.1\n")
+    ours = Ours(member_conn, project.name)
+    try:
+        result = gpu_rent(project, "up", "--yes")
+        assert result.returncode == 0, result.stderr
+        assert state(project)["flavor"] == "gpu.l4.1"
+        assert len(ours.servers()) == 1
+        log = sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
+        assert "Quota exceeded" in log or "quota" in log.lower()
+    finally:
+        gpu_rent(project, "destroy", "--i-understand-data-loss")

@@ -36,6 +36,8 @@ FLAVORS = [
     ("gpu.a100.1", 12, 98304, 0, {"resources:CUSTOM_GPU_A100": "1", "gpu:model": "A100-80GB", "gpu:count": "1"}),
     ("gpu.l4.1", 8, 32768, 0, {"resources:CUSTOM_GPU_L4": "1", "gpu:model": "L4-24GB", "gpu:count": "1"}),
     ("gpu.a10.1", 8, 32768, 0, {"resources:CUSTOM_GPU_A10": "1", "gpu:model": "A10-24GB", "gpu:count": "1"}),
+    # fits a host but not the project's core quota (64): the cloud refuses it with "Quota exceeded"
+    ("gpu.h100.8", 96, 65536, 0, {"resources:CUSTOM_GPU_L4": "1", "gpu:model": "H100-80GB", "gpu:count": "8"}),
     ("m1.small", 1, 2048, 0, {}),
 ]
 QUOTAS_COMPUTE = {"instances": 10, "cores": 64, "ram": 262144}
