@@ -16,7 +16,7 @@ from typing import Annotated
 import openstack.exceptions
 import typer
 from keystoneauth1 import exceptions as ksa_exceptions
-from rich.table import Table
+from rich.markup import escape
 
 from gpu_rent import __version__, cloud, config
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress
@@ -102,12 +102,14 @@ def _rental(settings: config.Settings) -> Rental:
     return Rental(settings, say=note, progress=playbook_progress)
 
 
-def _plan_table(items: list[PlanItem]) -> Table:
-    table = Table(box=None, show_header=False, pad_edge=False)
+def _print_plan(items: list[PlanItem]) -> None:
+    """One line per resource, never cropped: the price must reach the user whatever the terminal width."""
+    what = max(len(i.what) for i in items)
+    name = max(len(i.name) for i in items)
     for item in items:
         style = "bold yellow" if item.action == "create" else "dim"
-        table.add_row(f"[{style}]{item.action}[/]", item.what, item.name, item.detail)
-    return table
+        columns = f"{escape(item.what):<{what}}  {escape(item.name):<{name}}  {escape(item.detail)}"
+        console.print(f"[{style}]{item.action:<6}[/] {columns}".rstrip())
 
 
 @app.command()
@@ -122,7 +124,7 @@ def up(
     settings = _settings(project)
 
     def confirm(items: list[PlanItem]) -> bool:
-        console.print(_plan_table(items))
+        _print_plan(items)
         if yes:
             return True
         if not sys.stdin.isatty():
@@ -218,7 +220,7 @@ def dry_run(project: ProjectOption = Path(".")) -> None:
         items = plan(settings, view, conn)
     except HANDLED as e:
         raise _fail(e) from None
-    console.print(_plan_table(items))
+    _print_plan(items)
     state = load_state(StateStore(settings.project_dir), note)
     console.print(f"[dim]phase now: {state.phase}[/]")
 

@@ -45,8 +45,9 @@ def playbook_progress(title: str):
         status.update(
             f"{escape(title)}: {escape(progress.task)}{escape(where)} [dim]({time.monotonic() - started:.0f}s)[/]"
         )
-        if not err.is_terminal:
-            err.print(f"[dim]{escape(title)}: {escape(progress.task)}{escape(where)}[/]")
+        # without a terminal, one line per task (not per host), and not Ansible's own argument checks
+        if not err.is_terminal and progress.host is None and not progress.task.startswith("Validating arguments"):
+            err.print(f"[dim]{escape(title)}: {escape(progress.task)}[/]")
 
     if err.is_terminal:
         status.start()
