@@ -64,7 +64,11 @@ class Key(NamedTuple):
 
 KEYS: dict[str, Key] = {
     "POOL": Key("text", REQUIRED, "the availability zone (pool) to rent in, e.g. POOL=ru-7a"),
-    "POOL_FALLBACK": Key("comma-separated list", (), "more pools of this project (destroy cleans their networks; the capacity scan is not built yet)"),
+    "POOL_FALLBACK": Key(
+        "comma-separated list",
+        (),
+        "more pools of this project (destroy cleans their networks; the capacity scan is not built yet)",
+    ),
     "FLAVOR": Key("text", REQUIRED, "the flavor to rent, e.g. FLAVOR=gpu.a100.1"),
     "FLAVOR_FALLBACK": Key("comma-separated list", (), "flavors to try, in order, when FLAVOR has no capacity"),
     "IMAGE": Key("text", REQUIRED, "the boot image name or id, e.g. IMAGE=Ubuntu 22.04 LTS 64-bit"),
