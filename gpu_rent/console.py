@@ -1,4 +1,4 @@
-"""One console, one way to say things: errors as one line, progress as a live line."""
+"""One console, one way to say things: errors as one line, progress as live bars."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
-from rich.status import Status
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from gpu_rent.runner import Progress
+from gpu_rent.runner import Progress as RunnerProgress
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -32,27 +32,55 @@ def note(message: str) -> None:
     err.print(f"[dim]{escape(message)}[/]", soft_wrap=True)
 
 
+def _amount(done: int, total: int | None) -> str:
+    """Bytes read as sizes once they are large (model downloads); small counts stay counts."""
+    if max(done, total or 0) < 1_000_000:
+        return f"{done}/{total}" if total is not None else str(done)
+    unit, scale = ("GB", 1e9) if max(done, total or 0) >= 1e9 else ("MB", 1e6)
+    return f"{done / scale:.1f}/{total / scale:.1f} {unit}" if total is not None else f"{done / scale:.1f} {unit}"
+
+
 @contextmanager
 def playbook_progress(title: str):
-    """A live line: phase, current task, host, elapsed; fed by runner events."""
+    """Live progress fed by runner events: the current task, host and elapsed time, and a bar per stage
+    of a long remote step (its `::gpu-rent-progress` lines)."""
     started = time.monotonic()
-    status = Status(f"{title}: starting", console=err, spinner="dots")
-    state = {"task": "starting", "host": None, "task_started": started}
+    bars = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=30),
+        TextColumn("{task.fields[amount]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    main = bars.add_task(f"{escape(title)}: starting", total=None, amount="")
+    stages: dict[str, TaskID] = {}
+    printed: dict[str, int] = {}
 
-    def show(progress: Progress) -> None:
-        state.update(task=progress.task, host=progress.host, task_started=progress.started)
+    def show(progress: RunnerProgress) -> None:
+        line = progress.line
+        if line is not None:
+            stage = line.stage or progress.task
+            if stage not in stages:
+                stages[stage] = bars.add_task(escape(stage), total=line.total, amount="")
+            bars.update(stages[stage], completed=line.done, total=line.total, amount=_amount(line.done, line.total))
+            # without a terminal, a line per tenth of the way (or per new stage), not one per poll
+            tenth = int(10 * line.done / line.total) if line.total else -1
+            if not err.is_terminal and printed.get(stage) != tenth:
+                printed[stage] = tenth
+                err.print(f"[dim]{escape(title)}: {escape(stage)} {_amount(line.done, line.total)}[/]")
+            return
         where = f" on {progress.host}" if progress.host else ""
-        status.update(
-            f"{escape(title)}: {escape(progress.task)}{escape(where)} [dim]({time.monotonic() - started:.0f}s)[/]"
-        )
+        bars.update(main, description=f"{escape(title)}: {escape(progress.task)}{escape(where)}")
         # without a terminal, one line per task (not per host), and not Ansible's own argument checks
         if not err.is_terminal and progress.host is None and not progress.task.startswith("Validating arguments"):
-            err.print(f"[dim]{escape(title)}: {escape(progress.task)}[/]")
+            err.print(f"[dim]{escape(title)}: {escape(progress.task)} ({time.monotonic() - started:.0f}s)[/]")
 
     if err.is_terminal:
-        status.start()
+        bars.start()
     try:
         yield show
     finally:
         if err.is_terminal:
-            status.stop()
+            bars.stop()

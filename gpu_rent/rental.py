@@ -76,8 +76,11 @@ def preflight(settings: Settings, view: cloud.CloudView, conn) -> None:
     if view.volume(names["boot_volume"]) is None and conn.image.find_image(settings.image, ignore_missing=True) is None:
         raise ConfigError(VARS_FILE, f"IMAGE={settings.image}: no such image in this cloud", key="IMAGE")
     zones = {z.name for z in conn.compute.availability_zones()}
-    if settings.pool not in zones:
-        raise ConfigError(VARS_FILE, f"POOL={settings.pool}: no such pool here (pools: {', '.join(sorted(zones))})")
+    for pool in settings.pools():
+        if pool not in zones:
+            key = "POOL" if pool == settings.pool else "POOL_FALLBACK"
+            what = f"POOL={pool}" if key == "POOL" else f"POOL_FALLBACK: {pool}"
+            raise ConfigError(VARS_FILE, f"{what}: no such pool here (pools: {', '.join(sorted(zones))})", key=key)
 
 
 def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
@@ -85,7 +88,11 @@ def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
     preflight(settings, view, conn)
     n = resource_names(settings.name)
     items = []
-    net = f"{settings.name}-net-{settings.pool}"
+    volumes = [v for v in (view.volume(n["boot_volume"]), view.volume(n["data_volume"])) if v]
+    # Existing volumes pin the pool; without them, up tries POOL, then POOL_FALLBACK.
+    pool = volumes[0].availability_zone if volumes else settings.pool
+    where = pool if volumes else " or ".join(settings.pools())
+    net = f"{settings.name}-net-{pool}"
     items.append(
         PlanItem("network", net, "reuse" if conn.network.find_network(net) else "create", settings.subnet_cidr)
     )
@@ -98,7 +105,7 @@ def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
         ("data volume", n["data_volume"], settings.data_volume_gb),
     ):
         vol = view.volume(name)
-        detail = f"{vol.size} GB in {vol.availability_zone}, {vol.status}" if vol else f"{size} GB in {settings.pool}"
+        detail = f"{vol.size} GB in {vol.availability_zone}, {vol.status}" if vol else f"{size} GB in {where}"
         if label == "boot volume" and not vol:
             detail += f" from image {settings.image}"
         items.append(PlanItem(label, name, "reuse" if vol else "create", detail))
@@ -108,7 +115,7 @@ def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
     else:  # none, or one in ERROR that up deletes (volumes kept) and rents anew
         price = f", at most {settings.price_per_hour:g}/hour" if settings.price_per_hour is not None else ""
         flavors = " → ".join(settings.flavors())
-        items.append(PlanItem("server", n["server"], "create", f"preemptible, {flavors} in {settings.pool}{price}"))
+        items.append(PlanItem("server", n["server"], "create", f"preemptible, {flavors} in {where}{price}"))
     ours = next((ip for ip in view.floating_ips if ip.description == n["floating_ip_description"]), None)
     items.append(PlanItem("floating IP", ours.address if ours else "-", "reuse" if ours else "create"))
     return items

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import ansible_runner
 
+from gpu_rent import progress_line
+from gpu_rent.progress_line import ProgressLine
+
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOKS = REPO / "playbooks"
 GRACE_SECONDS = 5.0
@@ -61,6 +64,19 @@ class Progress:
     task: str
     host: str | None
     started: float
+    line: ProgressLine | None = None  # a remote step's `::gpu-rent-progress` line, when it printed one
+
+
+# Events whose result may carry a remote step's progress line: an `until` loop's retries poll a long step.
+_PROGRESS_EVENTS = ("runner_retry", "runner_on_async_poll", "runner_on_ok", "runner_item_on_ok")
+
+
+def progress_in(event: dict) -> ProgressLine | None:
+    """The latest `::gpu-rent-progress` line in an event's task output, if any."""
+    if event.get("event") not in _PROGRESS_EVENTS:
+        return None
+    res = (event.get("event_data") or {}).get("res") or {}
+    return progress_line.last(res.get("stdout") if isinstance(res.get("stdout"), str) else None)
 
 
 def failure_message(res: dict) -> str:
@@ -168,6 +184,9 @@ def run_playbook(
             log.flush()
         kind = event.get("event")
         data = event.get("event_data", {})
+        line = progress_in(event)
+        if line is not None and on_progress:
+            on_progress(Progress(current["task"], data.get("host"), current["started"], line))
         if kind == "playbook_on_task_start":
             current.update(task=data.get("task", ""), started=time.monotonic())
             if on_progress:

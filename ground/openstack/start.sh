@@ -142,6 +142,9 @@ $(auth_section nova)
 $(auth_section nova)
 [cinder]
 os_region_name = RegionOne
+# volumes Nova makes from block-device mappings land in the server's pool, as on clouds with
+# pool-local storage (Selectel): a volume in another pool cannot be attached
+cross_az_attach = False
 $(auth_section nova)
 [glance]
 region_name = RegionOne

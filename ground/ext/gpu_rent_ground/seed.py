@@ -42,7 +42,8 @@ FLAVORS = [
 ]
 QUOTAS_COMPUTE = {"instances": 10, "cores": 64, "ram": 262144}
 QUOTAS_VOLUME = {"volumes": 40, "gigabytes": 1000, "snapshots": 20}
-QUOTAS_NETWORK = {"floatingip": 5, "network": 10, "router": 5, "security_group": 20}
+# room for a few projects side by side (tests, Molecule scenarios); a pool scan makes a router per pool
+QUOTAS_NETWORK = {"floatingip": 10, "network": 20, "router": 12, "security_group": 30}
 
 
 def _env(name: str) -> str:

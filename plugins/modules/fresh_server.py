@@ -1,0 +1,188 @@
+#!/usr/bin/python
+"""Ansible module: the first server of a rental, creating its two volumes only where it is placed."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fresh_server
+short_description: Create a rental's first server together with its boot and data volumes
+description:
+  - Creates a server whose block-device mappings make the boot volume (from an image) and the blank
+    data volume, both with delete_on_termination false, in the server's pool.
+  - The cloud creates the volumes only after the scheduler has placed the server, so a pool or flavor
+    without room ("No valid host") or a refused quota leaves nothing behind. This is what lets up scan
+    pools while no volume pins one.
+  - On success, and after any failure that got as far as making volumes, the volumes are named and
+    marked so that no billable volume is left unnamed. A failed server is deleted; its volumes stay.
+  - A server of that name that already exists (an up interrupted while waiting) is adopted: waited
+    for, and its volumes named; it is never re-created.
+options:
+  name: {description: Server name., required: true, type: str}
+  flavor: {description: Flavor name or id., required: true, type: str}
+  image: {description: Image the boot volume is made from., required: true, type: str}
+  pool: {description: Availability zone of the server and its volumes., required: true, type: str}
+  network: {description: Network name or id., required: true, type: str}
+  security_group: {description: Security group name., required: true, type: str}
+  key_name: {description: Key pair name., required: true, type: str}
+  boot_volume: {description: "Boot volume: name, size (GiB), metadata.", required: true, type: dict}
+  data_volume: {description: "Data volume: name, size (GiB), metadata.", required: true, type: dict}
+  volume_type: {description: Volume type of both volumes; null takes the cloud's default., type: str}
+  tags: {description: Server tags., type: list, elements: str, default: []}
+  metadata: {description: Server metadata., type: dict, default: {}}
+extends_documentation_fragment:
+  - openstack.cloud.openstack
+"""
+
+RETURN = r"""
+placed: {description: Whether the server is ACTIVE., returned: always, type: bool}
+pool: {description: Pool the server is in., returned: when placed, type: str}
+reason: {description: Why the cloud did not place the server (no room, quota)., returned: when not placed, type: str}
+server: {description: The server., returned: when placed, type: dict}
+boot_volume: {description: Id of the boot volume., returned: when volumes were made, type: str}
+data_volume: {description: Id of the data volume., returned: when volumes were made, type: str}
+"""
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+
+from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
+
+# The scheduler found no room, the API refused the quota, or the pool is switched off:
+# nothing was made, try elsewhere.
+NO_ROOM = re.compile(r"No valid host was found|[Qq]uota exceeded[^.\n]*|availability zone is not available")
+
+
+class FreshServerModule(OpenStackModule):
+    argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
+        name=dict(required=True),
+        flavor=dict(required=True),
+        image=dict(required=True),
+        pool=dict(required=True),
+        network=dict(required=True),
+        security_group=dict(required=True),
+        key_name=dict(required=True, no_log=False),
+        boot_volume=dict(required=True, type="dict"),
+        data_volume=dict(required=True, type="dict"),
+        volume_type=dict(),
+        tags=dict(type="list", elements="str", default=[]),
+        metadata=dict(type="dict", default={}),
+    )
+
+    def run(self):
+        p = self.params
+        compute = self.conn.compute
+        server = compute.find_server(p["name"], ignore_missing=True)
+        changed = server is None
+        # an existing one is from an up interrupted while this module waited: adopt it, name what it made
+        server = self._create() if server is None else compute.get_server(server.id)
+        server = self._wait(server)
+        pool = server.availability_zone or p["pool"]
+        volumes = self._name_volumes(server, pool)
+        renamed = volumes.pop("renamed", False)
+        if server.status == "ACTIVE":
+            self.exit_json(
+                changed=changed or renamed, placed=True, pool=pool, server=server.to_dict(computed=False), **volumes
+            )
+        fault = (server.fault or {}).get("message") or f"server ended in {server.status}"
+        compute.delete_server(server.id)
+        compute.wait_for_delete(server, wait=self.params["timeout"])
+        found = NO_ROOM.search(fault)
+        if found and not volumes:
+            self.exit_json(changed=True, placed=False, reason=found.group(0))
+        kept = ", ".join(p[role]["name"] for role in volumes)
+        kept = f"; the volumes it made are kept as {kept} and pin pool {pool}" if kept else ""
+        self.fail_json(msg=f"the server {p['name']} failed as {p['flavor']} in {pool}: {fault}{kept}", **volumes)
+
+    def _create(self):
+        p = self.params
+        compute = self.conn.compute
+        flavor = compute.find_flavor(p["flavor"], ignore_missing=False)
+        image = self.conn.image.find_image(p["image"], ignore_missing=False)
+        network = self.conn.network.find_network(p["network"], ignore_missing=False)
+        try:
+            return compute.create_server(
+                name=p["name"],
+                flavor_id=flavor.id,
+                availability_zone=p["pool"],
+                networks=[{"uuid": network.id}],
+                security_groups=[{"name": p["security_group"]}],
+                key_name=p["key_name"],
+                tags=p["tags"],
+                metadata=p["metadata"],
+                block_device_mapping=[
+                    self._mapping(p["boot_volume"], 0, source="image", uuid=image.id),
+                    self._mapping(p["data_volume"], -1, source="blank"),
+                ],
+            )
+        except self.sdk.exceptions.HttpException as e:
+            found = NO_ROOM.search(str(e))
+            if found:  # refused at the API: nothing was created
+                self.exit_json(changed=False, placed=False, reason=found.group(0))
+            raise
+
+    def _mapping(self, volume: dict, boot_index: int, **source) -> dict:
+        mapping = {
+            "boot_index": boot_index,
+            "source_type": source.pop("source"),
+            "destination_type": "volume",
+            "volume_size": int(volume["size"]),
+            "delete_on_termination": False,
+            **source,
+        }
+        if self.params["volume_type"]:
+            mapping["volume_type"] = self.params["volume_type"]
+        return mapping
+
+    def _wait(self, server):
+        deadline = time.monotonic() + self.params["timeout"]
+        while True:
+            server = self.conn.compute.get_server(server.id)
+            if server.status != "BUILD" or time.monotonic() > deadline:
+                return server
+            time.sleep(2)
+
+    def _name_volumes(self, server, pool: str) -> dict:
+        """Give every volume this server's create made its rental name and marks, so none is left unnamed."""
+        storage = self.conn.block_storage
+        made = [storage.get_volume(v["id"]) for v in server.attached_volumes or []]
+        if len(made) < 2:  # a volume that failed to build is not recorded on the server: find it by age
+            since = _utc(server.created_at) - timedelta(minutes=2)
+            made_ids = {v.id for v in made}
+            made += [
+                v
+                for v in storage.volumes(details=True)
+                if not v.name
+                and v.id not in made_ids
+                and v.availability_zone == pool
+                and not v.attachments
+                and _utc(v.created_at) >= since
+                and int(v.size) in (int(self.params["boot_volume"]["size"]), int(self.params["data_volume"]["size"]))
+            ]
+        ids = {}
+        for volume in made:
+            role = "boot_volume" if volume.is_bootable or volume.volume_image_metadata else "data_volume"
+            if role in ids:
+                continue  # two of a kind cannot both be ours by these rules: leave the second alone
+            spec = self.params[role]
+            marks = {k: str(v) for k, v in (spec.get("metadata") or {}).items()}
+            if volume.name != spec["name"] or any(volume.metadata.get(k) != v for k, v in marks.items()):
+                storage.update_volume(volume, name=spec["name"])
+                storage.set_volume_metadata(volume, **marks)
+                ids["renamed"] = True
+            ids[role] = volume.id
+        return ids
+
+
+def _utc(stamp: str) -> datetime:
+    """The cloud's timestamps, with or without a zone (Nova says Z, Cinder says nothing: both UTC)."""
+    moment = datetime.fromisoformat(stamp)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def main():
+    FreshServerModule()()
+
+
+if __name__ == "__main__":
+    main()
