@@ -32,7 +32,7 @@ ground-down:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/ansible-lint --offline -p roles playbooks
+	$(BIN)/ansible-lint --offline -p roles playbooks molecule
 
 unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -135,13 +135,17 @@ def up(
         state, result = _rental(settings).up(confirm)
     except HANDLED as e:
         raise _fail(e) from None
-    changed = result.changed.get("localhost", 0)
+    cloud_changed = result.changed.get("localhost", 0)
+    vm_changed = sum(n for host, n in result.changed.items() if host != "localhost")
     r = state.resources
     console.print(
-        f"[green]rented[/] {settings.name} ({state.flavor} in {state.pool}) at {r.get('floating_ip_address')}; "
-        f"cloud: {changed} changed; phase {state.phase}"
+        f"[green]ready[/]: {settings.name} ({state.flavor} in {state.pool}) at {r.get('floating_ip_address')}, "
+        f"SwarmUI on the VM's 127.0.0.1:{settings.remote_port}; changed: cloud {cloud_changed}, VM {vm_changed}"
     )
-    note("SwarmUI install and the idle-killer come next (bootstrap); `gpu-rent stop` deletes the VM, keeps the disks")
+    if state.gpu:
+        note(f"GPU: {state.gpu}")
+    # SPEC §4: ready_cloud also means the idle-killer is armed; until it is built, say so plainly.
+    note("no idle-killer on the VM yet: it bills until `gpu-rent stop` (which keeps the disks for the next up)")
 
 
 @app.command()
@@ -154,6 +158,65 @@ def stop(project: ProjectOption = Path(".")) -> None:
         raise _fail(e) from None
     kept = ", ".join(f"{k} {v}" for k, v in state.resources.items() if k in ("boot_volume", "data_volume"))
     console.print(f"[green]stopped[/]: no server is billing; kept {kept or 'no volumes'}")
+
+
+def _seed(part: str, project: Path, update: bool = False) -> None:
+    settings = _settings(project)
+    if not settings.seed[part]:
+        console.print(f"seed.yml lists no {part}: nothing to do")
+        return
+    try:
+        _rental(settings).seed(part, update)
+    except HANDLED as e:
+        raise _fail(e) from None
+    count = len(settings.seed[part])
+    console.print(f"[green]seeded[/] {part}: {count} entr{'y' if count == 1 else 'ies'} of seed.yml in place")
+
+
+@app.command("seed-extensions")
+def seed_extensions(
+    project: ProjectOption = Path("."),
+    update: Annotated[
+        bool, typer.Option("--update", help="Fetch every extension again, also when seed.yml did not change.")
+    ] = False,
+) -> None:
+    """Clone the extensions listed in seed.yml; SwarmUI rebuilds and restarts only when one changed."""
+    _seed("extensions", project, update)
+
+
+@app.command("seed-models")
+def seed_models(project: ProjectOption = Path(".")) -> None:
+    """Download the models listed in seed.yml, checking each sha256; an interrupted download resumes."""
+    _seed("models", project)
+
+
+@app.command("seed-autocomplete")
+def seed_autocomplete(project: ProjectOption = Path(".")) -> None:
+    """Download the autocomplete lists listed in seed.yml."""
+    _seed("autocomplete", project)
+
+
+@app.command("resize-data")
+def resize_data(
+    gb: Annotated[int, typer.Option("--gb", min=1, help="New size of the data volume in GiB; it only grows.")],
+    project: ProjectOption = Path("."),
+) -> None:
+    """Grow the data volume (models, outputs) and its filesystem; the data stays.
+
+    Online while the VM runs where the cloud allows it; otherwise the filesystem grows at the next up.
+    Shrinking is refused: volumes only grow.
+    """
+    settings = _settings(project)
+    try:
+        _, before = _rental(settings).resize_data(gb)
+    except HANDLED as e:
+        raise _fail(e) from None
+    if before == gb:
+        console.print(f"the data volume is already {gb} GB: nothing to do")
+        return
+    console.print(f"[green]grown[/]: the data volume is {gb} GB (was {before} GB)")
+    if settings.data_volume_gb != gb:
+        note(f"set DATA_VOLUME_GB={gb} in gpu-rent.vars to keep the settings in step")
 
 
 @app.command()

@@ -472,6 +472,8 @@ class Settings:
     ssh_key: Path
     cloud: CloudAuth | None  # None only for load(with_cloud=False), where the caller brings the auth
     civitai_token: str | None = field(default=None, repr=False)
+    # seed.yml, checked: {"extensions": [...], "autocomplete": [...], "models": [...]}
+    seed: dict = field(default_factory=lambda: {"extensions": [], "autocomplete": [], "models": []}, hash=False)
 
     @property
     def runtime_dir(self) -> Path:
@@ -507,6 +509,10 @@ class Settings:
             if f.name == "cloud":
                 if value is not None:
                     out["gpu_rent_cloud_auth"] = value.ansible_params()
+                continue
+            if f.name == "seed":  # one variable per part, as the seed role reads them
+                for part, items in value.items():
+                    out[f"gpu_rent_seed_{part}"] = items
                 continue
             if isinstance(value, tuple):
                 value = list(value)
@@ -568,6 +574,8 @@ def load(project_dir: Path, *, with_cloud: bool = True) -> Settings:
 
     with_cloud=False skips resolving the cloud auth: the vars plugin gets it from the CLI's auth file.
     """
+    from gpu_rent import seed_list  # it reports through this module's ConfigError
+
     project_dir = Path(project_dir).expanduser().resolve()
     values = _read_vars(project_dir)
     file_env = _read_env(project_dir)
@@ -583,4 +591,5 @@ def load(project_dir: Path, *, with_cloud: bool = True) -> Settings:
         ssh_key=_ssh_key(env, project_dir),
         cloud=cloud,
         civitai_token=env.get("CIVITAI_TOKEN"),
+        seed=seed_list.load(project_dir),
     )

@@ -8,8 +8,6 @@ next command cannot name.
 
 from __future__ import annotations
 
-import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +15,14 @@ from pathlib import Path
 from gpu_rent import cloud
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, run_playbook
-from gpu_rent.state import Phase, State, StateCorrupt, StateStore
+from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
 
 
 class CloudUnreachable(Exception):
     """Keystone did not answer or refused the credentials."""
+
+
+_PHASE_REASONS = {"bootstrapping": "SSH answers", "ready_cloud": "SwarmUI answers with a running backend"}
 
 
 class OperationFailed(Exception):
@@ -143,7 +144,21 @@ class Rental:
             for key in ("flavor", "pool"):
                 if data.get(f"gpu_rent_{key}"):
                     setattr(state, key, data[f"gpu_rent_{key}"])
-            self.store.save(state)
+            if isinstance(data.get("gpu_rent_gpu"), dict):
+                state.gpu = str(data["gpu_rent_gpu"].get("report") or "") or None
+            if data.get("gpu_rent_note"):  # a role's word to the user, e.g. what happens at the next up
+                self.say(str(data["gpu_rent_note"]))
+            phase = data.get("gpu_rent_phase")  # the playbook says where it got: SSH answers, SwarmUI ready
+            if phase:
+                # an error here must not escape into ansible-runner's event loop (it would orphan the play)
+                try:
+                    state.move_to(phase, _PHASE_REASONS.get(phase, playbook))
+                except StateError as e:
+                    self.say(f"state: {e}; kept {state.phase}")
+            try:
+                self.store.save(state)
+            except OSError as e:
+                self.say(f"state: could not save {self.store.path}: {e.strerror}")
 
         state.begin_operation(playbook, title)
         self.store.save(state)
@@ -176,12 +191,7 @@ class Rental:
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
             state.move_to(Phase.PROVISIONING, "up")
             self.store.save(state)
-            result = self._run(state, "up", "renting", {"gpu_rent_operator_cidr": cidr})
-            address = state.resources.get("floating_ip_address")
-            self.say(f"waiting for SSH at {address}")
-            wait_for_ssh(address, timeout=300)
-            state.move_to(Phase.BOOTSTRAPPING, "SSH answers")
-            self.store.save(state)
+            result = self._run(state, "up", "renting and bootstrapping", {"gpu_rent_operator_cidr": cidr})
             return state, result
 
     def stop(self) -> State:
@@ -193,6 +203,35 @@ class Rental:
             self.store.save(state)
             return state
 
+    def seed(self, part: str, update: bool = False) -> State:
+        """Re-run one part of seeding (extensions, autocomplete, models) on the running VM."""
+        with self.store.lock(f"seed-{part}"):
+            state = load_state(self.store, self.say)
+            conn = connect(self.settings)
+            server = cloud.observe(conn, self.settings.name).server(resource_names(self.settings.name)["server"])
+            if server is None or server.status != "ACTIVE":
+                found = server.status if server else "no server"
+                raise ConfigError("arguments", f"no running VM to seed ({found}): run gpu-rent up first")
+            self._run(state, "seed", f"seeding {part}", {"seed_only": part, "seed_update": update})
+            return state
+
+    def resize_data(self, gb: int) -> tuple[State, int]:
+        """Grow the data volume to `gb` GiB and, on a running VM, its filesystem; returns the size before."""
+        with self.store.lock("resize-data"):
+            state = load_state(self.store, self.say)
+            conn = connect(self.settings)
+            name = resource_names(self.settings.name)["data_volume"]
+            volume = cloud.observe(conn, self.settings.name).volume(name)
+            if volume is None:
+                raise ConfigError("--gb", f"there is no data volume {name} yet: gpu-rent up makes it")
+            if gb < volume.size:
+                raise ConfigError(
+                    "--gb", f"{gb} GB is smaller than the data volume ({volume.size} GB): volumes only grow"
+                )
+            if gb > volume.size:
+                self._run(state, "resize_data", "growing the data volume", {"gpu_rent_grow_data_gb": gb})
+            return state, volume.size
+
     def destroy(self) -> State:
         with self.store.lock("destroy"):
             state = load_state(self.store, self.say)
@@ -202,22 +241,6 @@ class Rental:
             state.resources.clear()
             self.store.save(state)
             return state
-
-
-def wait_for_ssh(address: str | None, timeout: float) -> None:
-    if not address:
-        raise OperationFailed("the playbook recorded no floating IP; run gpu-rent up again")
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((address, 22), timeout=3) as s:
-                if s.recv(64).startswith(b"SSH-"):
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise OperationFailed(f"SSH at {address} did not answer within {timeout:.0f}s; run gpu-rent up again")
-        time.sleep(1)
 
 
 def _rel(path: Path | None, settings: Settings) -> str:

@@ -30,6 +30,8 @@ class StatusReport:
     cost_so_far: float | None
     price_per_hour: float | None
     resources: dict = field(default_factory=dict)
+    snapshot: str | None = None  # the boot snapshot's name when the cloud has it (billable storage)
+    gpu: str | None = None  # what the last bootstrap found on the VM, in words
 
     def to_json(self) -> dict:
         s = self.server
@@ -52,6 +54,8 @@ class StatusReport:
                 {"kind": x.kind, "id": x.id, "detail": x.detail, "delete_command": x.delete_command}
                 for x in self.leftovers
             ],
+            "snapshot": self.snapshot,
+            "gpu": self.gpu,
             "resources": self.resources,
         }
 
@@ -73,6 +77,10 @@ class StatusReport:
             out.print(f"[bold]address[/]   {self.address}")
         for v in self.volumes:
             out.print(f"[bold]volume[/]    {escape(v.name)} {v.size} GB {v.status} in {v.availability_zone}")
+        if self.snapshot:
+            out.print(f"[bold]snapshot[/]  {escape(self.snapshot)} [dim](of a boot volume that reached ready)[/]")
+        if self.gpu and s is not None:
+            out.print(f"[bold]gpu[/]       {escape(self.gpu)}")
         if not self.leftovers:
             out.print("[bold]leftovers[/] none")
         for x in self.leftovers:
@@ -122,6 +130,8 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
         cost_so_far=cost,
         price_per_hour=settings.price_per_hour,
         resources=dict(state.resources),
+        snapshot=names["snapshot"] if view.snapshots else None,
+        gpu=state.gpu,
     )
 
 

@@ -76,7 +76,10 @@ def progress_in(event: dict) -> ProgressLine | None:
     if event.get("event") not in _PROGRESS_EVENTS:
         return None
     res = (event.get("event_data") or {}).get("res") or {}
-    return progress_line.last(res.get("stdout") if isinstance(res.get("stdout"), str) else None)
+    text = res.get("stdout") if isinstance(res.get("stdout"), str) else None
+    if text is None and isinstance(res.get("stdout_lines"), list):
+        text = "\n".join(str(line) for line in res["stdout_lines"])
+    return progress_line.last(text)
 
 
 def failure_message(res: dict) -> str:
@@ -85,6 +88,10 @@ def failure_message(res: dict) -> str:
     if failed_items:
         return failure_message(failed_items[0])
     message = res.get("msg") or res.get("message") or res.get("stderr") or res.get("reason") or "failed"
+    if message == "non-zero return code" and (res.get("stderr") or res.get("stdout")):
+        # a command's own last words say more than Ansible's summary of them
+        said = [line.strip() for line in str(res.get("stderr") or res.get("stdout")).splitlines() if line.strip()]
+        message = f"exit code {res.get('rc')}: {said[-1]}"
     if isinstance(message, list | dict):
         message = json.dumps(message)
     lines = [line.strip() for line in str(message).splitlines() if line.strip()]

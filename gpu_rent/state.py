@@ -139,6 +139,8 @@ class State:
     phase: Phase = Phase.IDLE
     pool: str | None = None
     flavor: str | None = None
+    # what bootstrap found, in words: "driver 580.65 on NVIDIA L4", "no NVIDIA GPU visible (...)"
+    gpu: str | None = None
     # server, boot_volume, data_volume, floating_ip, floating_ip_address, network, subnet, router,
     # security_group, keypair, snapshot -> cloud id (or address)
     resources: dict[str, str] = field(default_factory=dict)
@@ -185,6 +187,7 @@ class State:
             "phase": str(self.phase),
             "pool": self.pool,
             "flavor": self.flavor,
+            "gpu": self.gpu,
             "resources": dict(self.resources),
             "transitions": [dict(item) for item in self.transitions],
             "operation": dict(self.operation) if self.operation is not None else None,
@@ -200,6 +203,7 @@ class State:
         _check(_is_phase(data.get("phase")), f"unknown phase {data.get('phase')!r}")
         _check(_optional_str(data.get("pool")), "pool is not text")
         _check(_optional_str(data.get("flavor")), "flavor is not text")
+        _check(_optional_str(data.get("gpu")), "gpu is not text")
         resources = data.get("resources", {})
         _check(isinstance(resources, dict), "resources is not an object")
         _check(all(isinstance(v, str) for v in resources.values()), "a resource id is not text")
@@ -211,6 +215,7 @@ class State:
             phase=Phase(data["phase"]),
             pool=data.get("pool"),
             flavor=data.get("flavor"),
+            gpu=data.get("gpu"),
             resources=dict(resources),
             transitions=[_check_transition(item) for item in transitions],
             operation=dict(operation) if operation is not None else None,

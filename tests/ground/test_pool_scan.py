@@ -113,7 +113,7 @@ def test_volumes_pin_the_pool_even_when_the_first_pool_has_room_again(tmp_path, 
         assert server.availability_zone == FREE
         assert {name: v.id for name, v in ours.volumes().items()} == ids
         report = json.loads(gpu_rent(project, "status", "--json").stdout)
-        assert report["phase"] == "bootstrapping"
+        assert report["phase"] == "ready_cloud"
     finally:
         gpu_rent(project, "destroy", "--i-understand-data-loss")
 

@@ -71,10 +71,14 @@ class Ours:
             "routers": [x.name for x in self.conn.network.routers() if x.name.startswith(f"{n}-")],
             "security_groups": [x.name for x in self.conn.network.security_groups() if x.name.startswith(f"{n}-")],
             "keypairs": [x.name for x in self.conn.compute.keypairs() if x.name.startswith(f"{n}-")],
+            "snapshots": [x.name for x in self.conn.block_storage.snapshots() if x.name.startswith(f"{n}-")],
         }
 
 
-NOTHING = {k: [] for k in ("servers", "volumes", "floating_ips", "networks", "routers", "security_groups", "keypairs")}
+NOTHING = {
+    k: []
+    for k in ("servers", "volumes", "floating_ips", "networks", "routers", "security_groups", "keypairs", "snapshots")
+}
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +110,7 @@ def test_up_rents_exactly_the_resources_of_the_spec(life):
     assert result.returncode == 0, result.stderr
     assert "at most 1.35/hour" in result.stdout  # said what it rents and what it costs, before renting
     s = state(project)
-    assert s["phase"] == "bootstrapping"
+    assert s["phase"] == "ready_cloud"
     assert s["flavor"] == "gpu.l4.1"  # gpu.a100.1 has no valid host: the first fallback
     assert s["pool"] == "ru-7a"
 
@@ -139,8 +143,19 @@ def test_up_rents_exactly_the_resources_of_the_spec(life):
     assert ours.conn.compute.find_keypair(f"{ours.name}-key") is not None
     assert ours.everything()["networks"] == [f"{ours.name}-net-ru-7a"]
     assert ours.everything()["routers"] == [f"{ours.name}-router-ru-7a"]
-    wait_for_ssh(ips[0].floating_ip_address)  # with the user's key: the key pair reached the VM
-    assert ssh(ips[0].floating_ip_address, "true").returncode == 0
+    # the one snapshot of a boot volume that reached ready
+    assert ours.everything()["snapshots"] == [f"{ours.name}-boot-ok"]
+    assert s["resources"]["snapshot"] == ours.conn.block_storage.find_snapshot(f"{ours.name}-boot-ok").id
+
+    # on the VM (with the user's key): SwarmUI up on 127.0.0.1 over the data volume
+    address = ips[0].floating_ip_address
+    wait_for_ssh(address)
+    on_vm = ssh(address, "systemctl is-active swarmui; findmnt -no SOURCE,TARGET /mnt/swarm_data; "
+                         "findmnt -no TARGET /opt/swarmui/Models; ss -ltnH 'sport = :7801'")  # fmt: skip
+    lines = on_vm.stdout.splitlines()
+    assert lines[0] == "active"
+    assert lines[1].endswith("/mnt/swarm_data") and lines[2] == "/opt/swarmui/Models"
+    assert [line.split()[3] for line in lines[3:]] == ["127.0.0.1:7801"]
 
 
 def test_a_second_up_changes_nothing_in_the_cloud(life):
@@ -148,8 +163,63 @@ def test_a_second_up_changes_nothing_in_the_cloud(life):
     before = ours.everything()
     result = gpu_rent(project, "up", "--yes")
     assert result.returncode == 0, result.stderr
-    assert "cloud: 0 changed" in result.stdout
+    assert "changed: cloud 0, VM 0" in result.stdout
     assert ours.everything() == before
+
+
+def test_resize_data_grows_the_volume_and_its_filesystem_on_the_running_vm(life):
+    project, ours = life
+    address = state(project)["resources"]["floating_ip_address"]
+    marker = ssh(address, "echo kept > /mnt/swarm_data/Output/before-resize.txt").returncode
+    assert marker == 0
+
+    result = gpu_rent(project, "resize-data", "--gb", "6")
+    assert result.returncode == 0, result.stderr
+    assert ours.volumes()[f"{ours.name}-data"].size == 6
+    df = ssh(address, "df --output=size -B1M /mnt/swarm_data | tail -1; cat /mnt/swarm_data/Output/before-resize.txt")
+    size_mb, kept = df.stdout.split()
+    assert kept == "kept"
+    # online where the VM may (root on a real VM); the ground's hosts lack CAP_SYS_RESOURCE for a
+    # mounted ext4, so there the user is told it grows at the next up (checked after stop and up)
+    assert int(size_mb) > 5 * 1024 or "grows at the next up" in result.stderr, result.stderr
+
+    smaller = gpu_rent(project, "resize-data", "--gb", "5")
+    assert smaller.returncode == 2
+    assert "volumes only grow" in smaller.stderr and len(smaller.stderr.strip().splitlines()) == 1
+    assert ours.volumes()[f"{ours.name}-data"].size == 6
+
+
+def test_seed_models_brings_a_checked_model_with_progress_and_no_token_in_any_artifact(life):
+    import hashlib
+
+    from tests.ground.test_seed import FileServer
+
+    project, _ = life
+    model = os.urandom(6 * 1024 * 1024)
+    files = FileServer()  # on the ground bridge, where the VM reaches it
+    token = f"civitai-{uuid.uuid4().hex}"
+    env_text = (project / ".env").read_text()
+    try:
+        url = files.add("/models/seed-test.safetensors", model)
+        files.rate["/models/seed-test.safetensors"] = 2 * 1024 * 1024  # slow enough to be followed
+        digest = hashlib.sha256(model).hexdigest()
+        (project / "seed.yml").write_text(f"models:\n  - {{url: '{url}', sha256: '{digest}', folder: Lora}}\n")
+        (project / ".env").write_text(env_text + f"CIVITAI_TOKEN={token}\n")
+        result = gpu_rent(project, "seed-models")
+        assert result.returncode == 0, result.stderr
+        assert "seeded models: 1 entry" in result.stdout
+        assert "models: seed-test.safetensors" in result.stderr  # progress lines reached the user
+        address = state(project)["resources"]["floating_ip_address"]
+        landed = ssh(address, "sha256sum /mnt/swarm_data/Models/Lora/seed-test.safetensors").stdout.split()
+        assert landed and landed[0] == digest  # through the bind mount, on the data volume
+        again = gpu_rent(project, "seed-models")
+        assert again.returncode == 0 and len(files.seen) == 1  # present and checked: not fetched again
+        written = [p for p in (project / ".gpu-rent").rglob("*") if p.is_file()]
+        assert [str(p) for p in written if token.encode() in p.read_bytes()] == []
+    finally:
+        files.close()
+        (project / ".env").write_text(env_text)
+        (project / "seed.yml").unlink(missing_ok=True)
 
 
 def test_a_rerun_puts_back_a_lost_preemptible_tag(life):
@@ -183,6 +253,11 @@ def test_up_after_stop_reuses_the_same_volumes(life):
     s = state(project)
     assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == set(volumes.values())
     assert {v.name: v.id for v in ours.volumes().values()} == volumes
+    # the data is there, on a filesystem as large as the volume resize-data grew
+    check = "df --output=size -B1M /mnt/swarm_data | tail -1; cat /opt/swarmui/Output/before-resize.txt"
+    on_vm = ssh(s["resources"]["floating_ip_address"], check)
+    size_mb, kept = on_vm.stdout.split()
+    assert int(size_mb) > 5 * 1024 and kept == "kept"
 
 
 def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(life):
@@ -274,7 +349,7 @@ def test_up_brings_back_a_shelved_server_with_the_same_disks(tmp_path, member_co
         assert again.returncode == 0, again.stderr
         assert [s.id for s in ours.servers()] == [server.id]
         assert member_conn.compute.get_server(server.id).status == "ACTIVE"
-        assert state(project)["phase"] == "bootstrapping"
+        assert state(project)["phase"] == "ready_cloud"
     finally:
         gpu_rent(project, "destroy", "--i-understand-data-loss")
 

@@ -12,7 +12,10 @@ from gpu_rent.cli import app
 from gpu_rent.state import StateStore
 
 runner = CliRunner()
-COMMANDS = ["up", "stop", "destroy", "status", "doctor", "dry-run"]
+COMMANDS = [
+    "up", "stop", "destroy", "status", "doctor", "dry-run", "resize-data", "seed-extensions", "seed-models",
+    "seed-autocomplete",
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -127,3 +130,17 @@ def test_a_second_mutating_command_waits_then_refuses(project):
         holder.kill()
         holder.wait()
     assert StateStore(project).load().phase == "idle"
+
+
+@pytest.mark.parametrize("gb", ["0", "-5", "lots"])
+def test_resize_data_refuses_a_size_that_is_no_size(project, gb):
+    result = runner.invoke(app, ["resize-data", "--gb", gb, "--project", str(project)])
+    assert result.exit_code == 2
+    assert "--gb" in result.output
+
+
+def test_a_bad_seed_list_is_one_line_and_exit_2_before_anything(project):
+    (project / "seed.yml").write_text("models:\n  - {url: 'https://example.org/a.bin', folder: Lora}\n")
+    result = runner.invoke(app, ["up", "--yes", "--project", str(project)])
+    assert result.exit_code == 2
+    assert "seed.yml: models[1]: sha256 must be 64 hex digits" in result.output

@@ -82,3 +82,9 @@ def test_failure_message_is_one_line_and_picks_the_failed_loop_item():
     res = {"msg": "One or more items failed", "results": [{"failed": False}, {"failed": True, "msg": "volume x"}]}
     assert failure_message(res) == "volume x"
     assert failure_message({}) == "failed"
+
+
+def test_a_failed_command_is_told_by_its_own_last_words():
+    res = {"msg": "non-zero return code", "rc": 1, "stderr": "resize2fs 1.47.0\nresize2fs: Permission denied"}
+    assert failure_message(res) == "exit code 1: resize2fs: Permission denied"
+    assert failure_message({"msg": "non-zero return code", "rc": 2}) == "non-zero return code"

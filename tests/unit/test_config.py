@@ -210,7 +210,7 @@ def test_keys_table_matches_settings_fields() -> None:
     names = {f.lower() for f in KEYS}
     fields = set(Settings.__dataclass_fields__)
     assert names <= fields
-    assert fields - names == {"project_dir", "ssh_key", "cloud", "civitai_token"}
+    assert fields - names == {"project_dir", "ssh_key", "cloud", "civitai_token", "seed"}
     for key, (kind, default, meaning) in KEYS.items():
         assert kind and meaning, key
         # a default written into gpu-rent.vars must mean the same as leaving the key out
@@ -402,7 +402,8 @@ def test_ansible_vars(tmp_path: Path) -> None:
     s = load(make_project(tmp_path, V + "FLAVOR_FALLBACK=b,c\n"))
     av = s.ansible_vars()
     for f in Settings.__dataclass_fields__:
-        assert f"gpu_rent_{f}" in av or f == "cloud"
+        assert f"gpu_rent_{f}" in av or f in ("cloud", "seed")
+    assert av["gpu_rent_seed_models"] == [] and av["gpu_rent_seed_extensions"] == []  # seed.yml, one list per part
     assert av["gpu_rent_flavor_fallback"] == ["b", "c"]
     assert av["gpu_rent_project_dir"] == str(s.project_dir)
     assert av["gpu_rent_ssh_key"] == str(s.ssh_key)

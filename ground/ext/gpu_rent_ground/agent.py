@@ -150,7 +150,8 @@ class Agent:
             "--label", f"{LABEL}.boot={spec.boot_volume_id}",
             "--label", f"{LABEL}.volumes={','.join(d.volume_id for d in spec.disks)}",
             "--network", self.network, "--ip", spec.address, "--hostname", spec.hostname,
-            "--systemd=always", "--cap-add", "SYS_ADMIN", *devices,
+            # SYS_RESOURCE: root on a VM grows a mounted ext4 online (resize2fs), as resize-data does
+            "--systemd=always", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_RESOURCE", *devices,
             "--rootfs", str(rootfs), "/sbin/init",
         )  # fmt: skip
         # no udev in a container: make the links udev makes from virtio serials

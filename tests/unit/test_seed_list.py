@@ -1,0 +1,76 @@
+"""seed.yml: what the VM is seeded with, checked before anything is rented."""
+
+from pathlib import Path
+
+import pytest
+
+from gpu_rent.config import ConfigError
+from gpu_rent.seed_list import load
+
+SHA = "ab" * 32
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "seed.yml").write_text(text)
+    return tmp_path
+
+
+def test_no_file_means_nothing_to_seed(tmp_path):
+    assert load(tmp_path) == {"extensions": [], "autocomplete": [], "models": []}
+
+
+def test_entries_are_normalised_with_names_and_versions(tmp_path):
+    seeded = load(
+        write(
+            tmp_path,
+            f"""
+extensions:
+  - https://github.com/someone/SwarmUI-Ext.git
+  - {{url: git://10.231.7.1/Other.git, version: v1.2, name: other}}
+autocomplete:
+  - https://example.org/lists/danbooru.csv
+models:
+  - {{url: "https://example.org/m/model.safetensors?download=1", sha256: "{SHA.upper()}", folder: Stable-Diffusion}}
+  - {{civitai: 128713, sha256: "{SHA}", folder: Lora/style, name: detail.safetensors}}
+""",
+        )
+    )
+    assert seeded["extensions"] == [
+        {"url": "https://github.com/someone/SwarmUI-Ext.git", "version": "HEAD", "name": "SwarmUI-Ext"},
+        {"url": "git://10.231.7.1/Other.git", "version": "v1.2", "name": "other"},
+    ]
+    assert seeded["autocomplete"] == [
+        {"url": "https://example.org/lists/danbooru.csv", "sha256": None, "name": "danbooru.csv"}
+    ]
+    assert seeded["models"][0]["name"] == "model.safetensors" and seeded["models"][0]["sha256"] == SHA
+    assert seeded["models"][1] == {
+        "url": None, "civitai": 128713, "sha256": SHA, "folder": "Lora/style", "name": "detail.safetensors",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("extensions: [1]", "seed.yml: extensions[1]: must be a URL or a mapping"),
+        ("extension: []", "seed.yml: unknown part extension"),
+        ("models: {url: x}", "seed.yml: models must be a list"),
+        (f"models: [{{url: 'https://e.org/a.bin', folder: Lora, sha256: '{SHA[:10]}'}}]", "models[1]: sha256 must be"),
+        ("models: [{url: 'https://e.org/a.bin', folder: Lora}]", "models[1]: sha256 must be 64 hex"),
+        (f"models: [{{civitai: 12, sha256: '{SHA}', folder: Lora}}]", "models[1]: name must be a plain file name"),
+        (f"models: [{{civitai: 12, url: 'https://e.org/a', sha256: '{SHA}', folder: L}}]", "either url or civitai"),
+        (f"models: [{{civitai: -3, sha256: '{SHA}', folder: Lora, name: a}}]", "civitai must be a model version id"),
+        (f"models: [{{url: 'https://e.org/a.bin', sha256: '{SHA}', folder: ../etc}}]", "folder must be a folder"),
+        (f"models: [{{url: 'file:///etc/passwd', sha256: '{SHA}', folder: Lora}}]", "url must be a https or http URL"),
+        (f"models: [{{url: 'https://e.org/a.bin', sha256: '{SHA}', folder: L, name: ../x}}]", "name must be a plain"),
+        (f"models: [{{url: 'https://e.org/a.bin', sha256: '{SHA}', folder: L, size: 3}}]", "unknown key size"),
+        ("extensions: [https://e.org/x.git, https://f.org/x.git]", "extensions: two entries have the same name"),
+        ("extensions: [{url: https://e.org/x.git, version: ''}]", "version must be a branch, tag or commit"),
+        ("[1, 2]", "must be a mapping"),
+        ("models: [", "is not readable YAML"),
+    ],
+)
+def test_mistakes_are_one_line_naming_the_entry(tmp_path, text, message):
+    with pytest.raises(ConfigError) as caught:
+        load(write(tmp_path, text))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
