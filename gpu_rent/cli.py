@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +22,7 @@ from rich.markup import escape
 
 from gpu_rent import __version__, cloud, config
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress
+from gpu_rent.hold import hold_until
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
 from gpu_rent.report import doctor_checks, status_report
 from gpu_rent.state import StateError, StateLocked, StateStore
@@ -194,6 +197,33 @@ def seed_models(project: ProjectOption = Path(".")) -> None:
 def seed_autocomplete(project: ProjectOption = Path(".")) -> None:
     """Download the autocomplete lists listed in seed.yml."""
     _seed("autocomplete", project)
+
+
+@app.command()
+def hold(
+    project: ProjectOption = Path("."),
+    minutes: Annotated[
+        int | None, typer.Option("--minutes", help="Hold for this many minutes from now (replaces an earlier hold).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Hold until this ISO time, e.g. 2026-11-29T21:30 (local time).")
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the hold.")] = False,
+) -> None:
+    """Keep the idle-killer away until a time: without options, for IDLE_MINUTES from now.
+
+    For work SwarmUI cannot show as busy, e.g. a download started in the UI.
+    """
+    settings = _settings(project)
+    try:
+        end = hold_until(time.time(), settings.idle_minutes, minutes, until, clear)
+        _rental(settings).hold(end)
+    except HANDLED as e:
+        raise _fail(e) from None
+    if end is None:
+        console.print("[green]hold cleared[/]: the idle-killer counts as usual")
+    else:
+        console.print(f"[green]held[/] until {datetime.fromtimestamp(end).astimezone():%Y-%m-%d %H:%M %Z}")
 
 
 @app.command("resize-data")

@@ -215,6 +215,19 @@ class Rental:
             self._run(state, "seed", f"seeding {part}", {"seed_only": part, "seed_update": update})
             return state
 
+    def hold(self, until: float | None) -> State:
+        """Write (or clear, for None) the hold the VM's idle-killer honours."""
+        with self.store.lock("hold"):
+            state = load_state(self.store, self.say)
+            conn = connect(self.settings)
+            server = cloud.observe(conn, self.settings.name).server(resource_names(self.settings.name)["server"])
+            if server is None or server.status != "ACTIVE":
+                found = server.status if server else "no server"
+                raise ConfigError("arguments", f"no running VM to hold ({found}): nothing bills; gpu-rent up")
+            value = "clear" if until is None else str(int(until))
+            self._run(state, "hold", "holding" if until else "clearing the hold", {"gpu_rent_hold_until": value})
+            return state
+
     def resize_data(self, gb: int) -> tuple[State, int]:
         """Grow the data volume to `gb` GiB and, on a running VM, its filesystem; returns the size before."""
         with self.store.lock("resize-data"):

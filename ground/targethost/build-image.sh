@@ -4,18 +4,21 @@
 # Usage: build-image.sh CACHE_DIR   -> prints the image name
 set -euo pipefail
 cache=$1
-image=localhost/gpu-rent-ground-host:1
+image=localhost/gpu-rent-ground-host:2
 rootfs=$cache/rootfs
 # What a GPU cloud's Ubuntu/Debian image ships with, so roles meet a realistic host:
 # git, curl and python3-apt are present on those images; systemd and sshd are the point.
-packages=systemd,systemd-sysv,dbus,openssh-server,python3,python3-apt,sudo,iproute2,util-linux,e2fsprogs,xfsprogs,udev,procps,ca-certificates,git,curl,gnupg,locales,less,kmod
+# python3-venv, python3-pip and wget: what SwarmUI's ComfyUI install needs, so bootstrap's package
+# step has nothing to fetch here (the hosts have no internet).
+packages=systemd,systemd-sysv,dbus,openssh-server,python3,python3-apt,python3-venv,python3-pip,wget,sudo,iproute2,util-linux,e2fsprogs,xfsprogs,udev,procps,ca-certificates,git,curl,gnupg,locales,less,kmod
 
-if podman image exists "$image" && [ -f "$rootfs/.gpu-rent-ground-built" ]; then
+# the marker holds the package list: a changed list builds the root filesystem anew
+if podman image exists "$image" && [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" = "$packages" ]; then
   echo "$image"; exit 0
 fi
 mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
 mirror=${mirror:-http://deb.debian.org/debian}
-if [ ! -f "$rootfs/.gpu-rent-ground-built" ]; then
+if [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" != "$packages" ]; then
   rm -rf "$rootfs"; mkdir -p "$cache"
   debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" "$mirror" >"$cache/debootstrap.log" 2>&1 \
     || { echo "debootstrap failed, see $cache/debootstrap.log" >&2; exit 1; }
@@ -28,7 +31,7 @@ if [ ! -f "$rootfs/.gpu-rent-ground-built" ]; then
   # a container has no console getty to wait for; keep boot quiet and quick
   ln -sf /dev/null "$rootfs/etc/systemd/system/getty@.service"
   ln -sf /dev/null "$rootfs/etc/systemd/system/systemd-udevd.service"
-  touch "$rootfs/.gpu-rent-ground-built"
+  echo "$packages" > "$rootfs/.gpu-rent-ground-built"
 fi
 tar -C "$rootfs" --exclude=./.gpu-rent-ground-built -c . | podman import \
   --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$image" >"$cache/import.log" 2>&1 \

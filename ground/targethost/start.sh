@@ -34,7 +34,7 @@ start_bg git-daemon "$LOG/git-daemon.log" git daemon --reuseaddr --export-all --
 
 start_bg agent "$LOG/agent.log" env OS_CLIENT_CONFIG_FILE="$G/clouds.yaml" OS_CLOUD=ground-admin \
   "$OSVENV/bin/python" -m gpu_rent_ground.agent --state "$S/hosts" \
-  --image localhost/gpu-rent-ground-host:1 --network "$PODNET" \
+  --image localhost/gpu-rent-ground-host:2 --network "$PODNET" \
   --base-rootfs "$CACHE/host/rootfs" --operator-key "$CACHE/host/id_ed25519.pub"
 sleep 1
 alive "$(cat "$RUN/agent.pid")" || die "the ground agent did not start, see $LOG/agent.log"

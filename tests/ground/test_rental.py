@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -222,6 +223,19 @@ def test_seed_models_brings_a_checked_model_with_progress_and_no_token_in_any_ar
         (project / "seed.yml").unlink(missing_ok=True)
 
 
+def test_hold_writes_the_time_the_idle_killer_honours_and_clear_removes_it(life):
+    project, _ = life
+    address = state(project)["resources"]["floating_ip_address"]
+    before = time.time()
+    result = gpu_rent(project, "hold", "--minutes", "90")
+    assert result.returncode == 0, result.stderr
+    held = int(ssh(address, "cat /mnt/swarm_data/.gpu-rent-hold-until").stdout)
+    assert before + 90 * 60 - 2 <= held <= time.time() + 90 * 60 + 2
+    cleared = gpu_rent(project, "hold", "--clear")
+    assert cleared.returncode == 0, cleared.stderr
+    assert ssh(address, "test -e /mnt/swarm_data/.gpu-rent-hold-until").returncode == 1
+
+
 def test_a_rerun_puts_back_a_lost_preemptible_tag(life):
     project, ours = life
     server = ours.servers()[0]
@@ -274,6 +288,8 @@ def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(lif
     assert seen["phase"] == "idle" and seen["server"] is None
     assert "server" not in state(project)["resources"]
     assert len(ours.volumes()) == 2
+    nothing_to_hold = gpu_rent(project, "hold")
+    assert nothing_to_hold.returncode == 2 and "no running VM to hold" in nothing_to_hold.stderr
 
 
 def test_status_names_orphans_with_commands_that_delete_them(life, cloud, net):

@@ -14,7 +14,7 @@ from gpu_rent.state import StateStore
 runner = CliRunner()
 COMMANDS = [
     "up", "stop", "destroy", "status", "doctor", "dry-run", "resize-data", "seed-extensions", "seed-models",
-    "seed-autocomplete",
+    "seed-autocomplete", "hold",
 ]  # fmt: skip
 
 
@@ -144,3 +144,17 @@ def test_a_bad_seed_list_is_one_line_and_exit_2_before_anything(project):
     result = runner.invoke(app, ["up", "--yes", "--project", str(project)])
     assert result.exit_code == 2
     assert "seed.yml: models[1]: sha256 must be 64 hex digits" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--until", "2001-01-01T00:00"], "that is in the past"),
+        (["--minutes", "0"], "a hold lasts at least 1 minute"),
+        (["--minutes", "5", "--clear"], "--minutes and --clear do not go together"),
+    ],
+)
+def test_hold_mistakes_are_one_line_and_exit_2_before_the_cloud(project, args, message):
+    result = runner.invoke(app, ["hold", *args, "--project", str(project)])
+    assert result.exit_code == 2
+    assert message in result.output
