@@ -203,15 +203,19 @@ class Rental:
             self.store.save(state)
             return state
 
+    def _require_running_vm(self, what: str, hint: str) -> None:
+        """Commands that act on the VM refuse, as bad input, when no server of this project is ACTIVE."""
+        conn = connect(self.settings)
+        server = cloud.observe(conn, self.settings.name).server(resource_names(self.settings.name)["server"])
+        if server is None or server.status != "ACTIVE":
+            found = server.status if server else "no server"
+            raise ConfigError("arguments", f"no running VM to {what} ({found}): {hint}")
+
     def seed(self, part: str, update: bool = False) -> State:
         """Re-run one part of seeding (extensions, autocomplete, models) on the running VM."""
         with self.store.lock(f"seed-{part}"):
             state = load_state(self.store, self.say)
-            conn = connect(self.settings)
-            server = cloud.observe(conn, self.settings.name).server(resource_names(self.settings.name)["server"])
-            if server is None or server.status != "ACTIVE":
-                found = server.status if server else "no server"
-                raise ConfigError("arguments", f"no running VM to seed ({found}): run gpu-rent up first")
+            self._require_running_vm("seed", "run gpu-rent up first")
             self._run(state, "seed", f"seeding {part}", {"seed_only": part, "seed_update": update})
             return state
 
@@ -219,11 +223,7 @@ class Rental:
         """Write (or clear, for None) the hold the VM's idle-killer honours."""
         with self.store.lock("hold"):
             state = load_state(self.store, self.say)
-            conn = connect(self.settings)
-            server = cloud.observe(conn, self.settings.name).server(resource_names(self.settings.name)["server"])
-            if server is None or server.status != "ACTIVE":
-                found = server.status if server else "no server"
-                raise ConfigError("arguments", f"no running VM to hold ({found}): nothing bills; gpu-rent up")
+            self._require_running_vm("hold", "nothing bills; gpu-rent up")
             value = "clear" if until is None else str(int(until))
             self._run(state, "hold", "holding" if until else "clearing the hold", {"gpu_rent_hold_until": value})
             return state

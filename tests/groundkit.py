@@ -27,6 +27,15 @@ IMAGE = "Debian 12 64-bit GPU optimized"
 POOL = "ru-7a"
 
 
+# How tests reach a ground host as an operator's inventory would: root, the project's key, no known_hosts
+# (every host is new, and addresses come back with new host keys).
+HOST_VARS = {
+    "ansible_user": "root",
+    "ansible_ssh_private_key_file": str(USER_KEY),
+    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+}
+
+
 def ground_missing() -> str | None:
     """Why the ground cannot be used, or None when it answers."""
     if not CLOUDS_YAML.exists():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.groundkit import REPO, USER_KEY, Cloud, ssh, wait_for_ssh
+from tests.groundkit import HOST_VARS, REPO, Cloud, ssh, wait_for_ssh
 
 PLAYBOOK = REPO / "playbooks" / "bootstrap.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -47,9 +47,7 @@ def run_bootstrap(host: tuple[str, str], workdir: Path, **extra) -> subprocess.C
     inventory.write_text(json.dumps({"gpu_rent_vm": {"hosts": {"vm": {
         "ansible_host": address,
         "gpu_rent_data_volume_id": data_volume_id,
-        "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(USER_KEY),
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+        **HOST_VARS,
     }}}}))  # fmt: skip
     extra_vars = workdir / "extra-vars.json"
     extra_vars.write_text(json.dumps(GROUND_VARS | extra))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.groundkit import REPO, USER_KEY, Cloud, ssh, wait_for_ssh
+from tests.groundkit import HOST_VARS, REPO, Cloud, ssh, wait_for_ssh
 
 pytestmark = pytest.mark.ground
 
@@ -93,9 +93,7 @@ def play(host: Host, tmp_path: Path, **extra_vars) -> tuple[subprocess.Completed
     inventory = tmp_path / "inventory.yml"
     host_vars = {
         "ansible_host": host.address,
-        "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(USER_KEY),
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+        **HOST_VARS,
         "ansible_python_interpreter": "/usr/bin/python3",
         "data_volume_id": host.volume_id,
         **extra_vars,
@@ -173,16 +171,20 @@ def test_ext4_with_files_and_no_marker_is_refused_and_kept_byte_for_byte(blank, 
     assert files == "mine\n"
 
 
+def assert_refused_untouched(host, tmp_path, *found: str) -> None:
+    """The role stops naming the disk and what it found on it, and the disk is byte for byte as it was."""
+    disk = host.sha256(host.by_id)
+    result, _ = play(host, tmp_path)
+    message = refusal(result)
+    for named in (host.by_id, "/dev/vdb", *found):
+        assert named in message, message
+    assert_untouched(host, disk)
+
+
 def test_xfs_is_refused_and_kept(blank, tmp_path):
     host = blank
     host.sh(f"mkfs.xfs -q {host.by_id}")
-    disk = host.sha256(host.by_id)
-
-    result, _ = play(host, tmp_path)
-    message = refusal(result)
-    for named in (host.by_id, "/dev/vdb", "a filesystem", "TYPE=xfs"):
-        assert named in message, message
-    assert_untouched(host, disk)
+    assert_refused_untouched(host, tmp_path, "a filesystem", "TYPE=xfs")
 
 
 def test_a_partition_table_is_refused(blank, tmp_path):
@@ -199,13 +201,7 @@ def test_a_partition_table_is_refused(blank, tmp_path):
         "EOF"
     )
     assert host.sh(f"blkid -p -s PTTYPE -o value {host.by_id}").strip() == "dos"
-    disk = host.sha256(host.by_id)
-
-    result, _ = play(host, tmp_path)
-    message = refusal(result)
-    for named in (host.by_id, "/dev/vdb", "a partition table", "PTTYPE=dos"):
-        assert named in message, message
-    assert_untouched(host, disk)
+    assert_refused_untouched(host, tmp_path, "a partition table", "PTTYPE=dos")
 
 
 def test_a_disk_with_the_marker_is_mounted_on_a_fresh_vm_not_formatted(blank, tmp_path):

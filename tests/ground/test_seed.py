@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.groundkit import REPO, USER_KEY, Cloud, ssh, wait_for_ssh, wait_until
+from tests.groundkit import HOST_VARS, REPO, Cloud, ssh, wait_for_ssh, wait_until
 
 pytestmark = pytest.mark.ground
 
@@ -241,9 +241,7 @@ def start_play(
     inventory = work / "inventory.yml"
     host_vars = {
         "ansible_host": host.address,
-        "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(USER_KEY),
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+        **HOST_VARS,
         "ansible_python_interpreter": "/usr/bin/python3",
     }
     inventory.write_text(yaml.safe_dump({"gpu_rent_vm": {"hosts": {"vm": host_vars}}}))
