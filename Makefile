@@ -38,7 +38,7 @@ unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 check: lint
-	$(BIN)/pytest --timeout 600 $(PYTEST_ARGS)
+	$(BIN)/pytest --timeout 600 --durations=30 $(PYTEST_ARGS)
 
 test: setup ground-up check
 

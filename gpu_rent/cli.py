@@ -20,7 +20,7 @@ import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config
+from gpu_rent import __version__, cloud, config, killer_view
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
@@ -147,8 +147,9 @@ def up(
     )
     if state.gpu:
         note(f"GPU: {state.gpu}")
-    # SPEC §4: ready_cloud also means the idle-killer is armed; until it is built, say so plainly.
-    note("no idle-killer on the VM yet: it bills until `gpu-rent stop` (which keeps the disks for the next up)")
+    # the killer's own word, read from the VM: armed (and what keeps the VM), or blind
+    seen = killer_view.ask(settings, r, r.get("floating_ip_address") or "")
+    note(f"idle-killer: {killer_view.describe(seen, time.time())}; `gpu-rent hold` keeps the VM longer")
 
 
 @app.command()

@@ -173,7 +173,7 @@ def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack"
             continue  # attached: billed with its server, which is named above or is in use
         if ip.description == ours["floating_ip_description"]:
             why = (
-                "kept for the next up (KEEP_FLOATING_IP=true)"
+                "this project's floating IP, unattached (KEEP_FLOATING_IP, or its server went): the next up reuses it"
                 if ip.id == state.resources.get("floating_ip")
                 else "gpu-rent's floating IP, left after its server went"
             )

@@ -563,6 +563,7 @@ def resource_names(prefix: str) -> dict[str, str]:
         "keypair": f"{prefix}-key",
         "security_group": f"{prefix}-ssh",
         "snapshot": f"{prefix}-boot-ok",
+        "idle_killer_credential": f"{prefix}-idle-killer",
         "network_prefix": f"{prefix}-net-",
         "subnet_prefix": f"{prefix}-subnet-",
         "router_prefix": f"{prefix}-router-",

@@ -1,5 +1,8 @@
 """The `::gpu-rent-progress {...}` line protocol of long remote steps (SPEC §11).
 
+One file for both ends: the wrapper parses the lines, and the seed role ships this very file
+beside its download script on the VM, which formats them (standard library only).
+
 A remote step prints `::gpu-rent-progress {"done":2472,"total":3862,"stage":"models"}`
 among its other output; `done` is required, `total` optional (no total: an
 indeterminate bar), `stage` at most 64 characters. Any other or malformed line
@@ -20,6 +23,16 @@ class ProgressLine:
     done: int
     total: int | None = None
     stage: str | None = None
+
+
+def format_line(done: int, total: int | None = None, stage: str | None = None) -> str:
+    """The line for `done` of `total`; a longer stage is cut to MAX_STAGE with an ellipsis."""
+    obj: dict = {"done": int(done)}
+    if total is not None:
+        obj["total"] = int(total)
+    if stage is not None:
+        obj["stage"] = stage if len(stage) <= MAX_STAGE else stage[: MAX_STAGE - 1] + "…"
+    return PREFIX + json.dumps(obj, separators=(",", ":"))
 
 
 def _count(value: object) -> bool:

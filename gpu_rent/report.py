@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import cloud
+from gpu_rent import cloud, killer_view
 from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.rental import connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
@@ -32,6 +33,8 @@ class StatusReport:
     resources: dict = field(default_factory=dict)
     snapshot: str | None = None  # the boot snapshot's name when the cloud has it (billable storage)
     gpu: str | None = None  # what the last bootstrap found on the VM, in words
+    killer: str | None = None  # the idle-killer's view, in one line (None: no running VM to ask)
+    killer_status: dict | None = None  # its status file as the VM has it
 
     def to_json(self) -> dict:
         s = self.server
@@ -56,6 +59,7 @@ class StatusReport:
             ],
             "snapshot": self.snapshot,
             "gpu": self.gpu,
+            "idle_killer": None if self.killer is None else {"view": self.killer, "status": self.killer_status},
             "resources": self.resources,
         }
 
@@ -81,6 +85,9 @@ class StatusReport:
             out.print(f"[bold]snapshot[/]  {escape(self.snapshot)} [dim](of a boot volume that reached ready)[/]")
         if self.gpu and s is not None:
             out.print(f"[bold]gpu[/]       {escape(self.gpu)}")
+        if self.killer is not None:
+            loud = "bold red" if self.killer.startswith(("CREDENTIAL", "SILENT")) else "bold"
+            out.print(f"[bold]killer[/]    [{loud}]{escape(self.killer)}[/]")
         if not self.leftovers:
             out.print("[bold]leftovers[/] none")
         for x in self.leftovers:
@@ -117,6 +124,14 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
         cost = settings.price_per_hour * (int(minutes // 60) + 1)  # hourly billing: a started hour counts
     ours_ip = next((ip for ip in view.floating_ips if ip.description == names["floating_ip_description"]), None)
     address = (server.addresses[0] if server and server.addresses else None) or (ours_ip.address if ours_ip else None)
+    killer_status = killer = None
+    boot_volume = state.resources.get("boot_volume")
+    if server is not None and server.status == "ACTIVE" and address and boot_volume:
+        known_hosts = settings.runtime_dir / "known_hosts"
+        killer_status = killer_view.read(
+            address, settings.ssh_user, settings.ssh_key, known_hosts, f"gpu-rent-{boot_volume}"
+        )
+        killer = killer_view.describe(killer_status, time.time())
     return StatusReport(
         project=str(settings.project_dir),
         cloud=settings.cloud.describe(),
@@ -132,6 +147,8 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
         resources=dict(state.resources),
         snapshot=names["snapshot"] if view.snapshots else None,
         gpu=state.gpu,
+        killer=killer,
+        killer_status=killer_status,
     )
 
 

@@ -32,10 +32,17 @@ rm -rf "$work"
 start_bg git-daemon "$LOG/git-daemon.log" git daemon --reuseaddr --export-all --base-path="$G/git" \
   --listen="$EXT_GW" --port=9418 "$G/git"
 
+# The cloud's API for the hosts: Keystone and Nova listen on loopback; the hosts reach them through
+# their gateway (the host-side half of the forwarder runs in each host, see agent.py).
+start_bg api-forward "$LOG/api-forward.log" "$OSVENV/bin/python" -m gpu_rent_ground.forward \
+  --listen "$EXT_GW" --to "$API" --ports "$HOST_API_PORTS"
+
 start_bg agent "$LOG/agent.log" env OS_CLIENT_CONFIG_FILE="$G/clouds.yaml" OS_CLOUD=ground-admin \
   "$OSVENV/bin/python" -m gpu_rent_ground.agent --state "$S/hosts" \
   --image localhost/gpu-rent-ground-host:2 --network "$PODNET" \
-  --base-rootfs "$CACHE/host/rootfs" --operator-key "$CACHE/host/id_ed25519.pub"
+  --base-rootfs "$CACHE/host/rootfs" --operator-key "$CACHE/host/id_ed25519.pub" \
+  --api-gateway "$EXT_GW" --api-ports "$HOST_API_PORTS"
 sleep 1
 alive "$(cat "$RUN/agent.pid")" || die "the ground agent did not start, see $LOG/agent.log"
+alive "$(cat "$RUN/api-forward.pid")" || die "the API forwarder did not start, see $LOG/api-forward.log"
 log "target hosts: network $PODNET ($EXT_CIDR), SwarmUI stand-in at git://$EXT_GW/SwarmUI.git, agent running"

@@ -1,10 +1,9 @@
 """Facts of the ground's OpenStack that gpu-rent relies on, as the member user."""
 
-import openstack
 import pytest
 from openstack import exceptions as os_exc
 
-from tests.groundkit import CLOUDS_YAML, POOL, unique, wait_until
+from tests.groundkit import CLOUDS_YAML, POOL
 
 
 def test_member_user_is_not_admin(member_conn):
@@ -69,41 +68,6 @@ def test_preferred_flavor_has_no_valid_host_and_the_fallback_fits(cloud, net):
     fallback = cloud.server(net, boot, flavor="gpu.l4.1")
     assert fallback.status == "ACTIVE"
     assert cloud.conn.compute.find_flavor("gpu.l4.1").extra_specs["gpu:model"] == "L4-24GB"
-
-
-def _app_credential_connection(member_conn, rules):
-    user_id = member_conn.current_user_id
-    cred = member_conn.identity.create_application_credential(user_id, name=unique("t-killer"), access_rules=rules)
-    conn = openstack.connect(
-        auth_type="v3applicationcredential",
-        auth={
-            "auth_url": member_conn.auth["auth_url"],
-            "application_credential_id": cred.id,
-            "application_credential_secret": cred.secret,
-        },
-        region_name="RegionOne",
-        load_yaml_config=False,
-    )
-    return cred, conn
-
-
-def test_application_credential_with_access_rules_deletes_a_server_and_nothing_else(cloud, net):
-    server = cloud.server(net, cloud.volume(10, image=True))
-    rules = [{"service": "compute", "method": "DELETE", "path": "/v2.1/servers/*"}]
-    cred, killer = _app_credential_connection(cloud.conn, rules)
-    cloud.later(lambda: cloud.conn.identity.delete_application_credential(cloud.conn.current_user_id, cred.id))
-    flavor_id = cloud.conn.compute.find_flavor("m1.small").id
-    with pytest.raises(os_exc.HttpException) as refused:
-        killer.compute.create_server(name="nope", flavor_id=flavor_id, networks="none")
-    assert refused.value.status_code in (401, 403)
-    with pytest.raises(os_exc.HttpException) as refused:
-        list(killer.block_storage.volumes())
-    assert refused.value.status_code in (401, 403)
-    with pytest.raises(os_exc.HttpException) as refused:
-        killer.block_storage.delete_volume(server.attached_volumes[0]["id"])
-    assert refused.value.status_code in (401, 403)
-    killer.compute.delete_server(server.id)
-    wait_until("server deleted", lambda: cloud.conn.compute.find_server(server.id, ignore_missing=True) is None, 60)
 
 
 def test_snapshot_of_the_in_use_boot_volume(cloud, net):

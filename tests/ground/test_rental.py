@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, ssh, wait_for_ssh
+from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, ssh, wait_for_ssh, wait_until
 
 BIN = Path(sys.executable).parent
 OPERATOR_CIDR = "10.231.7.1/32"
@@ -27,6 +27,16 @@ def gpu_rent(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BIN / "gpu-rent"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=900
     )
+
+
+def playbook(project: Path, name: str, *args: str) -> subprocess.CompletedProcess:
+    """ansible-playbook <repo>/playbooks/NAME from the project folder, as an operator runs it: no flags needed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_", "ANSIBLE_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    return subprocess.run(
+        ["ansible-playbook", str(REPO / "playbooks" / name), *args],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
 
 
 def state(project: Path) -> dict:
@@ -61,6 +71,13 @@ class Ours:
 
     def floating_ips(self):
         return [ip for ip in self.conn.network.ips() if ip.description == f"gpu-rent {self.name}"]
+
+    def killer_credential(self):
+        """The idle-killer's application credential of this project, or None."""
+        identity = self.conn.identity
+        return identity.find_application_credential(
+            self.conn.current_user_id, f"{self.name}-idle-killer", ignore_missing=True
+        )
 
     def everything(self) -> dict:
         n = self.name
@@ -258,6 +275,7 @@ def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
     assert all(v.status == "available" for v in after.values())
     assert state(project)["phase"] == "idle"
     assert status(project)["leftovers"] == []
+    assert ours.killer_credential() is None  # no secret outlives the VM that held it
 
 
 def test_up_after_stop_reuses_the_same_volumes(life):
@@ -274,16 +292,46 @@ def test_up_after_stop_reuses_the_same_volumes(life):
     assert int(size_mb) > 5 * 1024 and kept == "kept"
 
 
+def test_status_shows_the_armed_idle_killer_whose_credential_may_delete_this_server_only(life):
+    project, ours = life
+    server = ours.servers()[0]
+    seen = status(project)
+    assert seen["idle_killer"]["view"].startswith("armed, kept alive by: grace after boot"), seen["idle_killer"]
+    assert seen["idle_killer"]["status"]["server_id"] == server.id
+    rules = [(r["method"], r["path"]) for r in ours.killer_credential().access_rules]
+    assert rules == [("DELETE", f"/v2.1/servers/{server.id}")]
+    shown = gpu_rent(project, "status")
+    assert "killer    armed, kept alive by: grace after boot" in shown.stdout
+    address = state(project)["resources"]["floating_ip_address"]
+    secret = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_secret"]
+    files = [p for p in (project / ".gpu-rent").rglob("*") if p.is_file()]
+    assert len(secret) > 20 and [str(p) for p in files if secret.encode() in p.read_bytes()] == []
+
+
+def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_reconciles(life):
+    project, ours = life
+    server = ours.servers()[0]
+    volumes = {v.name: v.id for v in ours.volumes().values()}
+    seconds = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 4, "idle_killer_tick_seconds": 2}
+    rearmed = playbook(project, "idle_killer.yml", *[f"-e{k}={v}" for k, v in seconds.items()])
+    assert rearmed.returncode == 0, rearmed.stdout[-3000:]
+    wait_until("the VM deleted by its idle-killer", lambda: not ours.servers(), 90)
+    after = ours.volumes()
+    assert {v.name: v.id for v in after.values()} == volumes
+    wait_until("both volumes free", lambda: all(v.status == "available" for v in ours.volumes().values()), 60)
+    seen = status(project)
+    assert seen["phase"] == "idle" and seen["server"] is None and seen["idle_killer"] is None
+    # what still bills is named: the floating IP the server left, with the command that releases it
+    (ip,) = ours.floating_ips()
+    assert [(x["kind"], x["id"]) for x in seen["leftovers"]] == [("floating_ip", ip.id)]
+    assert server.id not in json.dumps(seen["leftovers"])
+
+
 def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(life):
     project, ours = life
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_", "ANSIBLE_"))}
-    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    result = subprocess.run(
-        ["ansible-playbook", str(REPO / "playbooks" / "stop.yml")],
-        cwd=project, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    result = playbook(project, "stop.yml")
     assert result.returncode == 0, result.stdout[-3000:]
-    assert ours.servers() == []
+    assert ours.servers() == [] and ours.floating_ips() == [] and ours.killer_credential() is None
     seen = status(project)
     assert seen["phase"] == "idle" and seen["server"] is None
     assert "server" not in state(project)["resources"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_rent.progress_line import ProgressLine
 from tests.ground.test_seed import FileServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,11 +30,11 @@ def sha(data: bytes) -> str:
 def test_a_progress_line_carries_done_total_and_stage_in_one_line():
     line = fetch.progress_line(2472, 3862, "models: x.safetensors")
     assert line == '::gpu-rent-progress {"done":2472,"total":3862,"stage":"models: x.safetensors"}'
-    assert fetch.parse_progress(line) == {"done": 2472, "total": 3862, "stage": "models: x.safetensors"}
+    assert fetch.parse_progress(line) == ProgressLine(2472, 3862, "models: x.safetensors")
 
 
 def test_a_progress_line_without_a_total_omits_it():
-    assert fetch.parse_progress(fetch.progress_line(5, None, "models: y")) == {"done": 5, "stage": "models: y"}
+    assert fetch.parse_progress(fetch.progress_line(5, None, "models: y")) == ProgressLine(5, None, "models: y")
 
 
 def test_a_stage_never_exceeds_64_characters():
@@ -147,9 +148,9 @@ def test_a_file_lands_verified_and_is_not_asked_for_again(files, tmp_path, capsy
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == f"downloaded {tmp_path / 'Models' / 'a.safetensors'}"
     last = fetch.parse_progress(out.splitlines()[-2])
-    assert last == {"done": 300_000, "total": 300_000, "stage": "models: a.safetensors"}
+    assert last == ProgressLine(300_000, 300_000, "models: a.safetensors")
     assert (tmp_path / "Models" / "a.safetensors").read_bytes() == data
-    assert fetch.parse_progress((tmp_path / "progress").read_text().strip())["done"] == 300_000
+    assert fetch.parse_progress((tmp_path / "progress").read_text().strip()).done == 300_000
 
     assert run(tmp_path, "--url", url, "--sha256", sha(data)) == 0
     assert capsys.readouterr().out.startswith("present ")

@@ -4,8 +4,11 @@ It runs here on loopback exactly as the target hosts run it: launch-linux.sh
 from a checkout, with Data/Settings.fds and Data/Backends.fds.
 """
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -32,8 +35,8 @@ def free_port() -> int:
 
 
 class Swarm:
-    def __init__(self, root: Path, port: int):
-        self.root, self.port = root, port
+    def __init__(self, root: Path, port: int, comfy_port: int):
+        self.root, self.port, self.comfy_port = root, port, comfy_port
         self.session = None
 
     def post(self, route: str, body: dict | None = None) -> dict:
@@ -57,13 +60,14 @@ def start(
     (root / "Data/Settings.fds").write_text("IsInstalled: true\nLaunchMode: none\n")
     if backends is not None:
         (root / "Data/Backends.fds").write_text(backends)
-    port = free_port()
+    port, comfy_port = free_port(), free_port()
     proc = subprocess.Popen(
         ["./launch-linux.sh", "--launch_mode", "none", "--host", "127.0.0.1", "--port", str(port), *extra],
-        cwd=root, env={"PATH": "/usr/bin:/bin", "STANDIN_BACKEND_START_SECONDS": "0.5"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "STANDIN_BACKEND_START_SECONDS": "0.5", "STANDIN_COMFY_PORT": str(comfy_port)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    swarm = Swarm(root, port)
+    swarm = Swarm(root, port, comfy_port)
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -75,12 +79,18 @@ def start(
             time.sleep(0.1)
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """The launcher and the server it runs (a child, not an exec)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 @pytest.fixture
 def swarm(tmp_path):
     swarm, proc = start(tmp_path / "SwarmUI")
     yield swarm
-    proc.kill()
-    proc.wait()
+    stop(proc)
 
 
 def wait_for(check, timeout=10):
@@ -142,12 +152,12 @@ def test_no_backends_is_empty_and_a_missing_comfy_install_is_errored(tmp_path):
     try:
         assert swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "empty"
     finally:
-        proc.kill()
+        stop(proc)
     swarm, proc = start(tmp_path / "b", comfy=False)
     try:
         assert swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "errored"
     finally:
-        proc.kill()
+        stop(proc)
 
 
 def test_must_rebuild_triggers_a_build_and_exit_42_restarts(tmp_path):
@@ -162,7 +172,7 @@ def test_must_rebuild_triggers_a_build_and_exit_42_restarts(tmp_path):
         assert (swarm.root / "src/bin/build.log").read_text().count("build") == builds + 1
         assert not (swarm.root / "src/bin/must_rebuild").exists()
     finally:
-        proc.kill()
+        stop(proc)
 
 
 def test_forward_restart_exits_42(tmp_path):

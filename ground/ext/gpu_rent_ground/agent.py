@@ -13,6 +13,9 @@ agent keeps podman containers in step with the cloud, once a second:
   /dev/disk/by-id/virtio-<first 20 chars of the volume id> that udev makes
   on a real VM; growing the volume in Cinder grows the device live;
 - the server's key pair is added to root's authorized_keys, as cloud-init does;
+- the cloud's API answers inside the host at the catalogue's URLs (127.0.0.1:5000, :8774): a
+  forwarder unit in the host relays them to the gateway, where the ground relays them to the APIs
+  on loopback (forward.py), so a VM's idle-killer talks to Keystone and Nova as on a real cloud;
 - when the server is deleted, shelved, stopped or loses its floating IP, its
   container is removed and the address stops answering;
 - backing files and root filesystems of volumes Cinder no longer has are
@@ -39,6 +42,7 @@ from pathlib import Path
 import openstack
 
 LABEL = "gpu-rent-ground"
+FORWARD_UNIT = "ground-api-forward.service"
 log = logging.getLogger("ground-agent")
 
 
@@ -73,8 +77,11 @@ def hostname_for(name: str) -> str:
 
 
 class Agent:
-    def __init__(self, conn, state: Path, image: str, network: str, base_rootfs: Path, operator_key: str):
+    def __init__(self, conn, state: Path, image: str, network: str, base_rootfs: Path, operator_key: str,
+                 api_gateway: str = "", api_ports: str = ""):  # fmt: skip
         self.conn = conn
+        self.api_gateway = api_gateway
+        self.api_ports = api_ports
         self.state = state
         self.image = image
         self.network = network
@@ -180,8 +187,7 @@ class Agent:
             partial.rename(rootfs)
         return rootfs
 
-    @staticmethod
-    def cloud_init(rootfs: Path, spec: HostSpec) -> None:
+    def cloud_init(self, rootfs: Path, spec: HostSpec) -> None:
         ssh_dir = rootfs / "root/.ssh"
         ssh_dir.mkdir(mode=0o700, exist_ok=True)
         keys_file = ssh_dir / "authorized_keys"
@@ -191,6 +197,25 @@ class Agent:
             keys_file.write_text("".join(f"{k}\n" for k in present + missing))
         keys_file.chmod(0o600)
         (rootfs / "etc/hostname").write_text(spec.hostname + "\n")
+        if self.api_gateway:
+            self._api_forwarder(rootfs)
+
+    def _api_forwarder(self, rootfs: Path) -> None:
+        program = rootfs / "usr/local/lib/ground/forward.py"
+        program.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(__file__).with_name("forward.py"), program)
+        unit = rootfs / "etc/systemd/system" / FORWARD_UNIT
+        unit.write_text(
+            "[Unit]\nDescription=ground: the cloud's API at the catalogue's 127.0.0.1 URLs\n"
+            "[Service]\nExecStart=/usr/bin/python3 /usr/local/lib/ground/forward.py"
+            f" --listen 127.0.0.1 --to {self.api_gateway} --ports {self.api_ports}\nRestart=always\n"
+            "[Install]\nWantedBy=multi-user.target\n"
+        )
+        wants = rootfs / "etc/systemd/system/multi-user.target.wants"
+        wants.mkdir(parents=True, exist_ok=True)
+        link = wants / FORWARD_UNIT
+        if not link.is_symlink():
+            link.symlink_to(f"../{FORWARD_UNIT}")
 
     def attach(self, disk: DataDisk) -> str:
         backing = self.volumes_dir / f"{disk.volume_id}.img"
@@ -284,13 +309,16 @@ def main() -> None:
     parser.add_argument("--base-rootfs", type=Path, required=True)
     parser.add_argument("--operator-key", type=Path, required=True)
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--api-gateway", default="", help="the hosts' route to the cloud's API")
+    parser.add_argument("--api-ports", default="", help="comma-separated API ports the hosts reach")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("openstack").setLevel(logging.WARNING)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     conn = openstack.connect()
-    agent = Agent(conn, args.state, args.image, args.network, args.base_rootfs, args.operator_key.read_text())
+    agent = Agent(conn, args.state, args.image, args.network, args.base_rootfs, args.operator_key.read_text(),
+                  args.api_gateway, args.api_ports)  # fmt: skip
     status_file = args.state / "agent-status.json"
     while not stopping:
         started = time.monotonic()

@@ -31,9 +31,16 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-PROGRESS_PREFIX = "::gpu-rent-progress "
+try:
+    from gpu_rent.progress_line import MAX_STAGE as STAGE_MAX
+    from gpu_rent.progress_line import format_line as progress_line
+    from gpu_rent.progress_line import parse as parse_progress
+except ImportError:  # on the VM: progress_line.py lies beside this file
+    from progress_line import MAX_STAGE as STAGE_MAX  # type: ignore[no-redef]
+    from progress_line import format_line as progress_line  # type: ignore[no-redef]
+    from progress_line import parse as parse_progress  # type: ignore[no-redef]
+
 SIDECAR_SUFFIX = ".gpu-rent-sha256"
-STAGE_MAX = 64
 CHUNK = 1 << 20
 PROGRESS_INTERVAL = 0.5  # at most two lines a second: enough for a bar, little for a log
 LOCK_REFRESH_INTERVAL = 60
@@ -55,27 +62,6 @@ class Interrupted(Exception):
 def stage_text(kind: str, name: str) -> str:
     stage = f"{kind}: {name}"
     return stage if len(stage) <= STAGE_MAX else stage[: STAGE_MAX - 1] + "…"
-
-
-def progress_line(done: int, total: int | None, stage: str) -> str:
-    obj: dict = {"done": int(done)}
-    if total is not None:
-        obj["total"] = int(total)
-    obj["stage"] = stage if len(stage) <= STAGE_MAX else stage[: STAGE_MAX - 1] + "…"
-    return PROGRESS_PREFIX + json.dumps(obj, separators=(",", ":"))
-
-
-def parse_progress(line: str) -> dict | None:
-    """The object of a progress line, or None for any other or malformed line (SPEC §11)."""
-    if not line.startswith(PROGRESS_PREFIX):
-        return None
-    try:
-        obj = json.loads(line[len(PROGRESS_PREFIX) :])
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("done"), int):
-        return None
-    return obj
 
 
 def safe_name(name: str | None) -> str | None:

@@ -19,6 +19,8 @@ from pathlib import Path
 VERSION = "0.9.7.0-standin"
 ROOT = Path(__file__).resolve().parents[2]
 BACKEND_START_SECONDS = float(os.environ.get("STANDIN_BACKEND_START_SECONDS", "2"))
+# A self-started ComfyUI backend listens from Network.BackendStartingPort (7820) on.
+COMFY_PORT = int(os.environ.get("STANDIN_COMFY_PORT", "7821"))
 
 
 def parse_fds(text: str) -> dict:
@@ -89,6 +91,7 @@ class Swarm:
         self.server_id = str(uuid.uuid4())
         self.sessions: dict[str, dict] = {}
         self.lock = threading.Lock()
+        self.comfy_queue: list[str] = []
 
     def new_session(self) -> dict:
         session_id = uuid.uuid4().hex.upper()
@@ -144,6 +147,19 @@ class Swarm:
                 for backend in self.backends:
                     backend.last_release = time.monotonic()
                 self._write_output()
+
+        threading.Thread(target=work, daemon=True).start()
+
+    def comfy_prompts(self, count: int, seconds: float) -> None:
+        """Prompts sent to ComfyUI directly (the Comfy Workflow tab): SwarmUI's counters do not see them."""
+        with self.lock:
+            self.comfy_queue += [str(uuid.uuid4()) for _ in range(count)]
+
+        def work():
+            for _ in range(count):
+                time.sleep(seconds)
+                with self.lock:
+                    self.comfy_queue.pop(0)
 
         threading.Thread(target=work, daemon=True).start()
 
@@ -236,12 +252,38 @@ class Handler(BaseHTTPRequestHandler):
                 folder = re.sub(r"[^\w.-]", "_", body.get("folder", "Stable-Diffusion"))
                 swarm.download_model(name, folder, float(body.get("seconds", 5)), int(body.get("bytes", 1 << 20)))
                 return self._json({"success": True})
+            if route == "/StandinTest/ComfyQueue":
+                swarm.comfy_prompts(int(body.get("count", 1)), float(body.get("seconds", 5)))
+                return self._json({"success": True})
             if route == "/StandinTest/Restart":
                 self._json({"success": True})
                 threading.Timer(0.2, lambda: os._exit(42)).start()
                 return None
             return self._json({"error": f"Unknown API route '{route[5:]}'."}, 404)
         return self._send(404, b"404 not found", "text/plain")
+
+
+class ComfyHandler(BaseHTTPRequestHandler):
+    """ComfyUI's GET /queue: [number, prompt_id, prompt, extra, outputs] items, running then pending."""
+
+    swarm: Swarm
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_GET(self):
+        if self.path.split("?")[0] != "/queue":
+            self.send_response(404)
+            self.end_headers()
+            return
+        with self.swarm.lock:
+            items = [[n, pid, {}, {}, []] for n, pid in enumerate(self.swarm.comfy_queue)]
+        body = json.dumps({"queue_running": items[:1], "queue_pending": items[1:]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
 
 def main() -> None:
@@ -260,6 +302,13 @@ def main() -> None:
     Handler.swarm = Swarm(data, backends_file, settings_file)
     host = "127.0.0.1" if args.host == "localhost" else args.host
     server = ThreadingHTTPServer((host, args.port), Handler)
+    if any(b.type == "comfyui_selfstart" and b.enabled for b in Handler.swarm.backends):
+        ComfyHandler.swarm = Handler.swarm
+        try:
+            comfy = ThreadingHTTPServer(("127.0.0.1", COMFY_PORT), ComfyHandler)
+            threading.Thread(target=comfy.serve_forever, daemon=True).start()
+        except OSError as e:  # a real self-started ComfyUI would take the next port; the stand-in goes without
+            print(f"ComfyUI queue not served on {COMFY_PORT}: {e}", flush=True)
     print(f"SwarmUI stand-in {VERSION} listening on http://{host}:{args.port}", flush=True)
     server.serve_forever()
 

@@ -1,0 +1,95 @@
+"""The idle-killer's own view of the VM, as `gpu-rent status` shows it.
+
+The killer writes its status file on the VM each tick (gpu_rent/idle_killer.py); status reads it
+over SSH and says, in one line, when the VM goes or what keeps it, and loudly when the killer is
+blind (credential refused, silent timer).
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import subprocess
+import time
+from pathlib import Path
+
+STATUS_FILE = "/run/gpu-rent/idle-killer.json"
+# A killer that has not ticked for this long is not running: say so rather than trust its last word.
+SILENT_SECONDS = 300
+# A credential with less life than this left is worth a warning: an up renews it.
+EXPIRY_WARNING_SECONDS = 86400
+
+
+def ask(settings, resources: dict, address: str) -> dict | None:
+    """The killer's status file from the project's VM at address (its host key bound to the boot volume)."""
+    boot_volume = resources.get("boot_volume")
+    if not boot_volume:
+        return None
+    known_hosts = settings.runtime_dir / "known_hosts"
+    return read(address, settings.ssh_user, settings.ssh_key, known_hosts, f"gpu-rent-{boot_volume}")
+
+
+def read(address: str, user: str, key: Path, known_hosts: Path, host_alias: str, timeout: float = 8) -> dict | None:
+    """The killer's status file from the VM, or None when SSH or the file is not there."""
+    command = [
+        "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={known_hosts}", "-o", f"HostKeyAlias={host_alias}",
+        "-o", "LogLevel=ERROR", "-i", str(key), f"{user}@{address}", f"cat {STATUS_FILE}",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        status = json.loads(done.stdout)
+    except ValueError:
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def _clock(unix: float) -> str:
+    return time.strftime("%H:%M", time.localtime(unix))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{max(seconds, 0) / 60:.0f} min"
+
+
+def describe(status: dict | None, now: float) -> str:
+    """One line: when the VM goes, or what keeps it, or why the killer cannot act."""
+    if not status:
+        return "no report from the idle-killer on the VM (not armed yet, or SSH does not answer)"
+    credential = status.get("credential") or {}
+    if credential.get("state") == "refused":
+        return f"CREDENTIAL REFUSED, the VM cannot delete itself: {credential.get('message')}; `gpu-rent up` re-arms it"
+    tick_at = float(status.get("tick_at") or 0)
+    if not tick_at:
+        return "armed, no tick yet"
+    if now - tick_at > SILENT_SECONDS:
+        return f"SILENT since {_clock(tick_at)}: its timer does not run; `gpu-rent up` re-arms it"
+    reason = status.get("reason") or "no reason given"
+    if status.get("action") == "delete":
+        return f"deleting this server: {reason} ({status.get('acted') or 'asked'})"
+    fires_at = status.get("fires_at")
+    line = (
+        f"armed, fires in {_minutes(float(fires_at) - now)} at {_clock(float(fires_at))} ({reason})"
+        if fires_at
+        else f"armed, kept alive by: {reason}"
+    )
+    if credential.get("state") == "unreachable":
+        line += f"; Keystone unreachable at the last check ({credential.get('message')})"
+    return line + _expiry_warning(status.get("credential_expires_at"), now)
+
+
+def _expiry_warning(expires_at: str | None, now: float) -> str:
+    if not expires_at:
+        return ""
+    try:
+        expires = calendar.timegm(time.strptime(expires_at.split(".")[0].rstrip("Z"), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return ""
+    if expires - now < EXPIRY_WARNING_SECONDS:
+        return f"; its credential expires at {_clock(expires)} (`gpu-rent up` renews it)"
+    return ""

@@ -1,0 +1,134 @@
+#!/usr/bin/python
+"""Ansible module: the idle-killer's application credential, able to delete one server and nothing else."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: idle_killer_credential
+short_description: Keep the idle-killer's least-privilege application credential
+description:
+  - Makes an application credential of the logged-in user whose access rules allow one call only,
+    DELETE of the given server, with an expiry.
+  - Idempotent where the openstack.cloud application_credential module is not (it re-creates on
+    every run) - the credential the VM holds (known_id) is kept while it still exists, still names
+    this server and has more than renew_days left; otherwise the credential of that name is
+    replaced. The secret is returned only when a credential was made.
+  - A cloud whose Keystone has no access rules (before Train) gets, with allow_unrestricted_rules,
+    a credential with the user's roles and no rules, and a warning.
+  - state=absent deletes the credential of that name.
+options:
+  name: {description: Credential name., required: true, type: str}
+  server_id: {description: The server the credential may delete., type: str}
+  known_id: {description: Id of the credential the VM holds now., type: str}
+  days: {description: Days the credential lives., type: int, default: 7}
+  renew_days: {description: A credential with fewer days left than this is replaced., type: float, default: 2}
+  rule_path: {description: "Access rule path; default: the compute endpoint's path + /servers/<id>.", type: str}
+  allow_unrestricted_rules: {description: No access rules in Keystone - make one without., type: bool, default: false}
+  state: {description: present or absent., type: str, default: present, choices: [present, absent]}
+extends_documentation_fragment:
+  - openstack.cloud.openstack
+"""
+
+RETURN = r"""
+id: {description: Credential id., returned: when present, type: str}
+secret: {description: Credential secret (only when made by this run)., returned: when changed and present, type: str}
+expires_at: {description: Expiry (ISO 8601, UTC)., returned: when present, type: str}
+access_rules: {description: The access rules., returned: when present, type: list}
+"""
+
+import secrets
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlparse
+
+from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
+
+
+def _expiry(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class IdleKillerCredentialModule(OpenStackModule):
+    argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
+        name=dict(required=True),
+        server_id=dict(),
+        known_id=dict(),
+        days=dict(type="int", default=7),
+        renew_days=dict(type="float", default=2),
+        rule_path=dict(),
+        allow_unrestricted_rules=dict(type="bool", default=False),
+        state=dict(default="present", choices=["present", "absent"]),
+    )
+    module_kwargs = dict(  # noqa: RUF012
+        required_if=[("state", "present", ["server_id"])],
+        supports_check_mode=True,
+    )
+
+    def run(self):
+        p = self.params
+        identity = self.conn.identity
+        user = self.conn.session.get_user_id()
+        found = identity.find_application_credential(user=user, name_or_id=p["name"], ignore_missing=True)
+        if p["state"] == "absent":
+            if found and not self.ansible.check_mode:
+                identity.delete_application_credential(user, found.id)
+            self.exit_json(changed=bool(found))
+
+        rules = [{"service": "compute", "method": "DELETE", "path": p["rule_path"] or self._rule_path()}]
+        now = datetime.now(UTC)
+        if found and found.id == p["known_id"] and self._still_good(found, rules, now):
+            self.exit_json(changed=False, id=found.id, expires_at=found.expires_at,
+                           access_rules=rules)  # fmt: skip
+        if self.ansible.check_mode:
+            self.exit_json(changed=True)
+        if found:
+            identity.delete_application_credential(user, found.id)
+        expires = (now + timedelta(days=p["days"])).replace(microsecond=0)
+        made, warning = self._create(user, rules, expires)
+        if warning:
+            self.warn(warning)
+        self.exit_json(changed=True, id=made.id, secret=made.secret, expires_at=made.expires_at,
+                       access_rules=made.access_rules or [])  # fmt: skip
+
+    def _rule_path(self) -> str:
+        compute = self.conn.session.get_endpoint(service_type="compute", interface=self.params["interface"] or "public")
+        prefix = urlparse(compute or "").path.rstrip("/") or "/v2.1"
+        return f"{prefix}/servers/{self.params['server_id']}"
+
+    def _still_good(self, found, rules, now) -> bool:
+        expires = _expiry(found.expires_at)
+        if expires is None or expires - now < timedelta(days=self.params["renew_days"]):
+            return False
+        have = [{k: r.get(k) for k in ("service", "method", "path")} for r in found.access_rules or []]
+        return have == rules or (not have and self.params["allow_unrestricted_rules"])
+
+    def _create(self, user, rules, expires):
+        kwargs = dict(
+            user=user,
+            name=self.params["name"],
+            description="gpu-rent idle-killer: may delete its own server, nothing else",
+            secret=secrets.token_urlsafe(32),
+            expires_at=expires.strftime("%Y-%m-%dT%H:%M:%S"),
+            unrestricted=False,
+        )
+        try:
+            return self.conn.identity.create_application_credential(access_rules=rules, **kwargs), None
+        except self.sdk.exceptions.BadRequestException as e:
+            if "access_rules" not in str(e) or not self.params["allow_unrestricted_rules"]:
+                raise
+        made = self.conn.identity.create_application_credential(**kwargs)
+        return made, (
+            "this cloud's Keystone has no access rules: the idle-killer's credential carries your roles "
+            "(it can do what you can, until it expires); give the project a user with the least role for it"
+        )
+
+
+def main():
+    module = IdleKillerCredentialModule()
+    module()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""The idle-killer on a real ground host, with a credential of the ground's real Keystone.
+
+bootstrap.yml arms it first; each keep-alive signal is staged on the host and the killer's status
+file and journal must name it; at the end SwarmUI stops, counts as busy up to the cap, and the
+killer deletes its own server through Keystone and Nova, leaving both volumes. Times are scaled
+from minutes to seconds with the role's idle_killer_* variables, the override only tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import openstack
+import pytest
+import yaml
+from openstack import exceptions as os_exc
+
+from tests.ground.test_bootstrap import ANSIBLE_PLAYBOOK, converged, recap, run_bootstrap
+from tests.groundkit import CLOUDS_YAML, REPO, Cloud, ssh, unique, wait_for_ssh, wait_until
+
+TICK = 2
+# Long enough that nothing fires while a signal is staged; the last test re-arms with short times.
+ARMED = {"idle_killer_tick_seconds": TICK, "idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 900,
+         "idle_killer_cap_seconds": 900}  # fmt: skip
+STATUS = "/run/gpu-rent/idle-killer.json"
+API = "http://127.0.0.1:7801"
+HOLD = "/mnt/swarm_data/.gpu-rent-hold-until"
+LOCK = "/run/gpu-rent/seeding"
+
+
+def member_auth() -> dict:
+    ground = yaml.safe_load(CLOUDS_YAML.read_text())["clouds"]["ground"]
+    return {"auth": ground["auth"], "region_name": ground["region_name"]}
+
+
+def killer_status(address: str) -> dict:
+    result = ssh(address, f"cat {STATUS}")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def next_reason(address: str, after: float | None = None, timeout: float = 30) -> dict:
+    """The first status the killer writes after `after` (default: now)."""
+    after = time.time() if after is None else after
+    return wait_until(
+        "a tick of the idle-killer",
+        lambda: (s := _status_or_none(address)) and s.get("tick_at", 0) > after and s,
+        timeout,
+    )
+
+
+def _status_or_none(address: str) -> dict | None:
+    result = ssh(address, f"cat {STATUS}")
+    return json.loads(result.stdout) if result.returncode == 0 and result.stdout.strip() else None
+
+
+def journal(address: str) -> str:
+    return ssh(address, "journalctl -u gpu-rent-idle-killer.service -o cat --no-pager | tail -200").stdout
+
+
+def standin(address: str, route: str, body: dict) -> None:
+    """A call to the SwarmUI stand-in on the host, from a session of its own (the killer counts all)."""
+    script = (
+        "import json, urllib.request as u\n"
+        "def post(r, b):\n"
+        f"    q = u.Request('{API}' + r, json.dumps(b).encode(), {{'Content-Type': 'application/json'}})\n"
+        "    return json.load(u.urlopen(q, timeout=10))\n"
+        f"body = json.loads({json.dumps(json.dumps(body))})\n"
+        "body['session_id'] = post('/API/GetNewSession', {})['session_id']\n"
+        f"print(json.dumps(post('{route}', body)))\n"
+    )
+    result = ssh(address, f"python3 -c {shlex.quote(script)}")
+    assert result.returncode == 0 and "success" in result.stdout, result.stdout + result.stderr
+
+
+@dataclass
+class Armed:
+    cloud: Cloud
+    server: object
+    address: str
+    data_volume_id: str
+    workdir: Path
+    extra: dict
+    first: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def vm(member_conn, net, tmp_path_factory):
+    """A rented host, bootstrapped with the killer armed."""
+    cloud = Cloud(member_conn)
+    data = cloud.volume(4)
+    server = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
+    address = cloud.floating_ip(server)
+    wait_for_ssh(address)
+    name = unique("t-killer")
+    cloud.later(lambda: _drop_credential(member_conn, name))
+    extra = {"gpu_rent_cloud_auth": member_auth(), "gpu_rent_server_id": server.id,
+             "idle_killer_credential_name": name} | ARMED  # fmt: skip
+    workdir = tmp_path_factory.mktemp("killer")
+    first = run_bootstrap((address, data.id), workdir, **extra)
+    assert first.returncode == 0, converged(first)
+    try:
+        yield Armed(cloud, server, address, data.id, workdir, extra, first)
+    finally:
+        cloud.close()
+
+
+def _drop_credential(conn, name: str) -> None:
+    found = conn.identity.find_application_credential(conn.current_user_id, name, ignore_missing=True)
+    if found:
+        conn.identity.delete_application_credential(conn.current_user_id, found.id)
+
+
+def rearm(vm: Armed, **limits) -> None:
+    """playbooks/idle_killer.yml with other times, as an operator re-arms the killer alone."""
+    workdir = vm.workdir
+    (workdir / "rearm.json").write_text(json.dumps(vm.extra | limits))
+    result = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(workdir / "inventory.json"), "-e", f"@{workdir / 'rearm.json'}",
+         str(REPO / "playbooks" / "idle_killer.yml")],
+        cwd=workdir, capture_output=True, text=True, timeout=300,
+        env={"PATH": f"{ANSIBLE_PLAYBOOK.parent}:/usr/bin:/bin", "HOME": "/root",
+             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+    )  # fmt: skip
+    assert result.returncode == 0, converged(result)
+
+
+def test_bootstrap_arms_the_killer_first_with_a_credential_for_this_server_only(vm, member_conn):
+    server, address, extra = vm.server, vm.address, vm.extra
+    out = vm.first.stdout
+    assert out.index("TASK [idle_killer") < out.index("TASK [bootstrap")
+    timer = "gpu-rent-idle-killer.timer"
+    assert ssh(address, f"systemctl is-active {timer}; systemctl is-enabled {timer}").stdout.split() == [
+        "active",
+        "enabled",
+    ]
+    mode = ssh(address, "stat -c '%a %U' /root/.gpu-rent/idle-killer.json /root/.gpu-rent").stdout.split("\n")
+    assert mode[:2] == ["600 root", "700 root"]
+    config = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
+    assert config["server_id"] == server.id
+    cred = member_conn.identity.get_application_credential(member_conn.current_user_id, config["credential_id"])
+    assert cred.name == extra["idle_killer_credential_name"] and cred.unrestricted is False
+    assert [(r["service"], r["method"], r["path"]) for r in cred.access_rules] == [
+        ("compute", "DELETE", f"/v2.1/servers/{server.id}")
+    ]
+    assert cred.expires_at is not None
+    status = next_reason(address)
+    assert status["credential"]["state"] == "ok" and config["credential_secret"] not in json.dumps(status)
+    assert status["reason"].startswith("queue empty") and status["fires_at"]
+
+
+def test_a_second_run_keeps_the_credential_and_changes_nothing(vm):
+    address = vm.address
+    before = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_id"]
+    again = run_bootstrap((address, vm.data_volume_id), vm.workdir, **vm.extra)
+    assert recap(again)["changed"] == 0, converged(again)
+    assert json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_id"] == before
+
+
+@pytest.mark.parametrize(
+    ("stage", "undo", "named"),
+    [
+        (f"echo $(( $(date +%s) + 600 )) > {HOLD}", f"rm {HOLD}", "hold for 10 min more"),
+        (f"mkdir -p /run/gpu-rent && echo $(( $(date +%s) + 600 )) > {LOCK}", f"rm {LOCK}", "seeding runs"),
+    ],
+    ids=["hold", "seeding-lock"],
+)  # fmt: skip
+def test_a_hold_and_the_seeding_lock_keep_the_vm_and_the_journal_names_them(vm, stage, undo, named):
+    address = vm.address
+    assert ssh(address, stage).returncode == 0
+    try:
+        status = next_reason(address)
+        assert status["action"] == "keep" and status["reason"].startswith(named) and status["fires_at"] is None
+        assert f"keep: {named}" in journal(address)
+    finally:
+        ssh(address, undo)
+    assert next_reason(address)["reason"].startswith("queue empty")
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "named"),
+    [
+        ("/StandinTest/QueueGeneration", {"seconds": 8, "count": 2}, "gens"),
+        ("/StandinTest/ComfyQueue", {"seconds": 8, "count": 2}, "2 in the ComfyUI queue"),
+        ("/StandinTest/DownloadModel", {"name": "big", "folder": "Stable-Diffusion", "seconds": 8},
+         "download of Stable-Diffusion/big.download.tmp"),
+    ],
+    ids=["swarmui-queue", "comfyui-queue", "download"],
+)  # fmt: skip
+def test_work_in_swarmui_keeps_the_vm_and_the_journal_names_it(vm, route, body, named):
+    address = vm.address
+    started = time.time()
+    standin(address, route, body)
+    status = next_reason(address, started)
+    assert status["action"] == "keep" and named in status["reason"], status
+    assert named in journal(address)
+
+
+def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, member_conn, admin_conn, net):
+    cloud, server, address = vm.cloud, vm.server, vm.address
+    config = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
+    killer = openstack.connect(
+        auth_type="v3applicationcredential",
+        auth={"auth_url": member_conn.auth["auth_url"], "application_credential_id": config["credential_id"],
+              "application_credential_secret": config["credential_secret"]},
+        region_name="RegionOne", load_yaml_config=False,
+    )  # fmt: skip
+    flavor = member_conn.compute.find_flavor("m1.small").id
+    neighbour = cloud.server(net, cloud.volume(10, image=True), flavor="m1.small")
+    image = admin_conn.image.find_image("Debian 12 64-bit GPU optimized").id
+    stranger = admin_conn.compute.create_server(name=unique("t-other-project"), flavor_id=flavor, image_id=image,
+                                                networks="none")  # fmt: skip
+    cloud.later(lambda: admin_conn.compute.delete_server(stranger, ignore_missing=True))
+    refused = {
+        "create a server": lambda: killer.compute.create_server(name="nope", flavor_id=flavor, networks="none"),
+        "list volumes": lambda: list(killer.block_storage.volumes()),
+        "delete its data volume": lambda: killer.block_storage.delete_volume(server.attached_volumes[0]["id"]),
+        "list servers": lambda: list(killer.compute.servers()),
+        "delete another server of the project": lambda: killer.compute.delete_server(neighbour.id),
+        "delete another project's server": lambda: killer.compute.delete_server(stranger.id),
+    }
+    for what, call in refused.items():
+        with pytest.raises(os_exc.HttpException) as no:
+            call()
+        assert no.value.status_code in (401, 403), what
+    assert member_conn.compute.get_server(neighbour.id).status == "ACTIVE"
+    assert admin_conn.compute.get_server(stranger.id).id == stranger.id
+
+
+def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_and_the_vm_deletes_itself(vm):
+    cloud, server, address = vm.cloud, vm.server, vm.address
+    volumes = {v["id"] for v in server.attached_volumes}
+    rearm(vm, idle_killer_grace_seconds=15, idle_killer_idle_seconds=4, idle_killer_cap_seconds=6)
+    assert next_reason(address)["reason"].startswith("grace after boot")
+    assert ssh(address, "systemctl stop swarmui").returncode == 0
+    seen = wait_until(
+        "SwarmUI counted as busy",
+        lambda: (s := next_reason(address)) and s["reason"].startswith("SwarmUI not answering") and s,
+        30,
+    )
+    assert "counted as busy" in seen["reason"]
+    said = journal(address)
+    wait_until("the server deleted by its idle-killer", lambda: cloud.conn.compute.find_server(server.id) is None, 90)
+    assert "grace after boot" in said and "SwarmUI not answering" in said
+    for volume_id in volumes:  # both volumes stay, and are free for the next up
+        free = lambda v=volume_id: cloud.conn.block_storage.get_volume(v).status == "available"  # noqa: E731
+        wait_until(f"volume {volume_id} available", free, 60)

@@ -1,0 +1,53 @@
+"""What `gpu-rent status` says of the VM's idle-killer, from the status file the killer writes."""
+
+import time
+
+import pytest
+
+from gpu_rent.killer_view import describe
+
+NOW = 1_800_000_000.0
+
+
+def status(**kw) -> dict:
+    return {"tick_at": NOW - 20, "action": "keep", "reason": "queue empty, idle for 3 min", "fires_at": NOW + 27 * 60,
+            "credential": {"state": "ok"}} | kw  # fmt: skip
+
+
+def clock(unix: float) -> str:
+    return time.strftime("%H:%M", time.localtime(unix))
+
+
+def test_an_idle_vm_says_when_it_goes():
+    assert describe(status(), NOW) == f"armed, fires in 27 min at {clock(NOW + 27 * 60)} (queue empty, idle for 3 min)"
+
+
+@pytest.mark.parametrize(
+    "reason", ["hold for 90 min more", "2 waiting gens", "download of Lora/x.tmp", "grace after boot, 44 min left"]
+)
+def test_what_keeps_the_vm_is_named(reason):
+    assert describe(status(fires_at=None, reason=reason), NOW) == f"armed, kept alive by: {reason}"
+
+
+def test_a_refused_credential_is_said_first_and_loudly():
+    refused = {"state": "refused", "message": "Keystone refused the credential (HTTP 401)"}
+    line = describe(status(credential=refused), NOW)
+    assert line.startswith("CREDENTIAL REFUSED, the VM cannot delete itself: Keystone refused")
+
+
+def test_a_killer_that_stopped_ticking_is_not_trusted():
+    assert describe(status(tick_at=NOW - 3600), NOW).startswith(f"SILENT since {clock(NOW - 3600)}")
+
+
+def test_no_report_and_deleting_are_said_as_they_are():
+    assert describe(None, NOW).startswith("no report from the idle-killer")
+    line = describe(status(action="delete", reason="queue empty, idle for 30 min: deleting this server",
+                           acted="asked Nova to delete server s"), NOW)  # fmt: skip
+    assert line.startswith("deleting this server: queue empty") and "asked Nova" in line
+
+
+def test_a_credential_near_its_expiry_is_mentioned():
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S.000000", time.gmtime(NOW + 3600))
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(NOW + 5 * 86400))
+    assert "credential expires at" in describe(status(credential_expires_at=soon), NOW)
+    assert "expires" not in describe(status(credential_expires_at=later), NOW)
