@@ -206,6 +206,8 @@ def delete_server(cfg: Config) -> str:
     except urllib.error.HTTPError as e:
         if e.code == 404:
             return f"server {cfg.server_id} is already gone"
+        if e.code == 409:  # a delete (ours, a tick ago) is under way
+            return f"server {cfg.server_id} is being deleted already"
         if e.code in (401, 403):
             raise CredentialRefused(f"Nova refused to delete server {cfg.server_id} ({_why(e)})") from None
         raise Unreachable(f"Nova: {_why(e)}") from None

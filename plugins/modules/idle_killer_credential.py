@@ -14,7 +14,8 @@ description:
     this server and has more than renew_days left; otherwise the credential of that name is
     replaced. The secret is returned only when a credential was made.
   - A cloud whose Keystone has no access rules (before Train) gets, with allow_unrestricted_rules,
-    a credential with the user's roles and no rules, and a warning.
+    a credential without rules, limited to fallback_roles (e.g. a role the cloud's policy lets
+    delete servers and nothing else) or, without them, carrying the user's roles; and a warning.
   - state=absent deletes the credential of that name.
 options:
   name: {description: Credential name., required: true, type: str}
@@ -24,6 +25,7 @@ options:
   renew_days: {description: A credential with fewer days left than this is replaced., type: float, default: 2}
   rule_path: {description: "Access rule path; default: the compute endpoint's path + /servers/<id>.", type: str}
   allow_unrestricted_rules: {description: No access rules in Keystone - make one without., type: bool, default: false}
+  fallback_roles: {description: Roles of a credential without access rules., type: list, elements: str, default: []}
   state: {description: present or absent., type: str, default: present, choices: [present, absent]}
 extends_documentation_fragment:
   - openstack.cloud.openstack
@@ -59,6 +61,7 @@ class IdleKillerCredentialModule(OpenStackModule):
         renew_days=dict(type="float", default=2),
         rule_path=dict(),
         allow_unrestricted_rules=dict(type="bool", default=False),
+        fallback_roles=dict(type="list", elements="str", default=[]),
         state=dict(default="present", choices=["present", "absent"]),
     )
     module_kwargs = dict(  # noqa: RUF012
@@ -118,10 +121,15 @@ class IdleKillerCredentialModule(OpenStackModule):
         except self.sdk.exceptions.BadRequestException as e:
             if "access_rules" not in str(e) or not self.params["allow_unrestricted_rules"]:
                 raise
+        roles = self.params["fallback_roles"]
+        if roles:
+            made = self.conn.identity.create_application_credential(roles=[{"name": r} for r in roles], **kwargs)
+            return made, f"this cloud's Keystone has no access rules: the idle-killer's credential has roles {roles}"
         made = self.conn.identity.create_application_credential(**kwargs)
         return made, (
             "this cloud's Keystone has no access rules: the idle-killer's credential carries your roles "
-            "(it can do what you can, until it expires); give the project a user with the least role for it"
+            "(it can do what you can, until it expires); set idle_killer_fallback_roles to a role that may only "
+            "delete servers"
         )
 
 

@@ -36,27 +36,6 @@ def test_server_boots_from_existing_volume_with_data_volume_at_create(cloud, net
     assert not (server.image or {}).get("id")  # no image: it booted from the volume
 
 
-def test_shelve_offloads_and_unshelve_returns(cloud, net):
-    server = cloud.server(net, cloud.volume(10, image=True), cloud.volume(4))
-    cloud.conn.compute.shelve_server(server)
-    shelved = cloud.conn.compute.wait_for_server(server, status="SHELVED_OFFLOADED", failures=["ERROR"], wait=120)
-    assert shelved.status == "SHELVED_OFFLOADED"
-    cloud.conn.compute.unshelve_server(server)
-    back = cloud.conn.compute.wait_for_server(server, status="ACTIVE", failures=["ERROR"], wait=120)
-    assert back.status == "ACTIVE"
-
-
-def test_deleting_the_server_keeps_both_volumes_and_the_boot_volume_boots_again(cloud, net):
-    boot, data = cloud.volume(10, image=True), cloud.volume(4)
-    first = cloud.server(net, boot, data)
-    cloud.delete_server(first.id)
-    for vol in (boot, data):
-        again = cloud.conn.block_storage.wait_for_status(vol, "available", failures=["error"], wait=60)
-        assert again.status == "available"
-    second = cloud.server(net, boot, data)
-    assert second.id != first.id and second.status == "ACTIVE"
-
-
 def test_preferred_flavor_has_no_valid_host_and_the_fallback_fits(cloud, net):
     boot = cloud.volume(10, image=True)
     failed = cloud.server(net, boot, flavor="gpu.a100.1", wait=False)

@@ -1,23 +1,17 @@
 """Each VM role's Molecule scenario, as an operator runs it: create, converge, idempotence, verify,
-destroy on a host rented on the test ground (molecule/shared).
-
-The scenarios start in the background as soon as the test session has collected this module
-(conftest.py), two side by side, and run while the other ground tests do: each rents hosts of its
-own on m1.small (no GPU slot, untouched by the pool tests' sold-out GPUs), and most of a scenario is
-waiting on SSH and the cloud. These tests run last and collect the results."""
-
-from __future__ import annotations
+destroy on a host rented on the test ground (molecule/shared). Two run side by side: each rents a
+host of its own, and most of a scenario is waiting on SSH and the cloud."""
 
 import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.groundkit import REPO, ground_missing, require_ground
+from tests.groundkit import REPO, require_ground
 
 BIN = Path(sys.executable).parent
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
@@ -33,28 +27,15 @@ def _molecule(scenario: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def start_in_background() -> dict[str, Future] | None:
-    """Start every scenario (two at a time); None when molecule or the ground is missing."""
-    if shutil.which("molecule", path=str(BIN)) is None or ground_missing() is not None:
-        return None
-    pool = ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="molecule")
-    futures = {scenario: pool.submit(_molecule, scenario) for scenario in SCENARIOS}
-    pool.shutdown(wait=False)
-    return futures
-
-
 @pytest.fixture(scope="module")
-def runs(request) -> dict[str, Future]:
+def runs() -> dict[str, subprocess.CompletedProcess]:
     require_ground()
     if shutil.which("molecule", path=str(BIN)) is None:
         if os.environ.get("CI"):
             pytest.fail("molecule is not installed in the venv (make setup)")
         pytest.skip("molecule is not installed in the venv (make setup)")
-    started = request.config.stash.get(MOLECULE_RUNS, None)
-    return started if started is not None else start_in_background()
-
-
-MOLECULE_RUNS = pytest.StashKey[dict]()
+    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
+        return dict(zip(SCENARIOS, pool.map(_molecule, SCENARIOS), strict=True))
 
 
 def test_every_vm_role_has_a_scenario():
@@ -63,5 +44,5 @@ def test_every_vm_role_has_a_scenario():
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_scenario_passes(runs, scenario):
-    result = runs[scenario].result()
+    result = runs[scenario]
     assert result.returncode == 0, f"{result.stdout[-6000:]}\n{result.stderr[-6000:]}"

@@ -1,16 +1,21 @@
 """The pool scan: before the first up, a pool without room leaves nothing and the next pool is tried.
 
 A pool is sold out the way a real one is: the admin books every free GPU of its compute in
-Placement under a consumer that is no server, so the scheduler answers "No valid host".
+Placement under a consumer that is no server, so the scheduler answers "No valid host". Only the
+A10 class, which these projects rent and no other test does: the L4s of the pool stay free for the
+tests that run meanwhile (the Molecule scenarios, in the background).
 """
 
 import contextlib
 import json
 import uuid
 
+import pytest
+
 from tests.ground.test_rental import Ours, gpu_rent, make_project, state
 
 FULL, FREE = "ru-7a", "ru-7b"
+SOLD = "CUSTOM_GPU_A10"
 
 
 @contextlib.contextmanager
@@ -27,7 +32,7 @@ def sold_out(admin_conn, pool: str):
 
     total = placement("GET", f"/resource_providers/{provider.id}/inventories")["inventories"]
     used = placement("GET", f"/resource_providers/{provider.id}/usages")["usages"]
-    free = {rc: total[rc]["total"] - used.get(rc, 0) for rc in total if rc.startswith("CUSTOM_GPU_")}
+    free = {rc: total[rc]["total"] - used.get(rc, 0) for rc in total if rc == SOLD}
     consumers = []
     try:
         for i in range(max(free.values(), default=0)):  # one GPU per consumer: max_unit is 1, as for a server
@@ -56,66 +61,65 @@ def scanning_project(tmp_path):
         if not line.startswith(("FLAVOR=", "FLAVOR_FALLBACK=", "POOL="))
     ]
     (project / "gpu-rent.vars").write_text(
-        "".join(lines) + f"POOL={FULL}\nPOOL_FALLBACK={FREE}\nFLAVOR=gpu.a100.1\nFLAVOR_FALLBACK=gpu.l4.1\n"
+        "".join(lines) + f"POOL={FULL}\nPOOL_FALLBACK={FREE}\nFLAVOR=gpu.a100.1\nFLAVOR_FALLBACK=gpu.a10.1\n"
     )
     return project
 
 
-def test_the_first_up_rents_in_the_next_pool_and_makes_the_volumes_only_there(tmp_path, member_conn, admin_conn):
-    project = scanning_project(tmp_path)
+@pytest.fixture(scope="module")
+def scanned(tmp_path_factory, member_conn):
+    """One project whose first up scans the pools; the tests follow its life in order."""
+    project = scanning_project(tmp_path_factory.mktemp("scan"))
     ours = Ours(member_conn, project.name)
-    unnamed_before = unnamed_volumes(member_conn)
-    try:
-        plan = gpu_rent(project, "dry-run")
-        assert plan.returncode == 0, plan.stderr
-        assert f"{FULL} or {FREE}" in plan.stdout
-
-        with sold_out(admin_conn, FULL):
-            result = gpu_rent(project, "up", "--yes")
-        assert result.returncode == 0, result.stderr
-
-        [server] = ours.servers()
-        assert server.availability_zone == FREE
-        assert sorted(server.tags) == ["gpu-rent", "preemptible"]
-        volumes = ours.volumes()
-        assert sorted(volumes) == [f"{project.name}-boot", f"{project.name}-data"]
-        boot, data = volumes[f"{project.name}-boot"], volumes[f"{project.name}-data"]
-        for volume, mark in ((boot, "boot"), (data, "data")):
-            assert volume.availability_zone == FREE and volume.volume_type == f"fast.{FREE}"
-            assert volume.metadata.get("gpu-rent") == mark
-            assert [a["server_id"] for a in volume.attachments] == [server.id]
-        assert boot.is_bootable and boot.size == 10 and data.size == 4
-        assert unnamed_volumes(member_conn) == unnamed_before  # nothing was left unnamed in the full pool
-
-        saved = state(project)
-        assert saved["pool"] == FREE and saved["flavor"] == "gpu.l4.1"
-        assert saved["resources"]["boot_volume"] == boot.id and saved["resources"]["data_volume"] == data.id
-        log = sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
-        assert f"gpu.a100.1 in {FULL}" in log or "No valid host" in log
-    finally:
-        gpu_rent(project, "destroy", "--i-understand-data-loss")
+    yield project, ours
+    gpu_rent(project, "destroy", "--i-understand-data-loss")
     assert ours.volumes() == {}
 
 
-def test_volumes_pin_the_pool_even_when_the_first_pool_has_room_again(tmp_path, member_conn, admin_conn):
-    project = scanning_project(tmp_path)
-    ours = Ours(member_conn, project.name)
-    try:
-        with sold_out(admin_conn, FULL):
-            assert gpu_rent(project, "up", "--yes").returncode == 0
-        ids = {name: v.id for name, v in ours.volumes().items()}
-        assert gpu_rent(project, "stop").returncode == 0
-        assert ours.servers() == []
+def test_the_first_up_rents_in_the_next_pool_and_makes_the_volumes_only_there(scanned, member_conn, admin_conn):
+    project, ours = scanned
+    unnamed_before = unnamed_volumes(member_conn)
+    plan = gpu_rent(project, "dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert f"{FULL} or {FREE}" in plan.stdout
 
-        again = gpu_rent(project, "up", "--yes")  # ru-7a has room now, but the volumes live in ru-7b
-        assert again.returncode == 0, again.stderr
-        [server] = ours.servers()
-        assert server.availability_zone == FREE
-        assert {name: v.id for name, v in ours.volumes().items()} == ids
-        report = json.loads(gpu_rent(project, "status", "--json").stdout)
-        assert report["phase"] == "ready_cloud"
-    finally:
-        gpu_rent(project, "destroy", "--i-understand-data-loss")
+    with sold_out(admin_conn, FULL):
+        result = gpu_rent(project, "up", "--yes")
+    assert result.returncode == 0, result.stderr
+
+    [server] = ours.servers()
+    assert server.availability_zone == FREE
+    assert sorted(server.tags) == ["gpu-rent", "preemptible"]
+    volumes = ours.volumes()
+    assert sorted(volumes) == [f"{project.name}-boot", f"{project.name}-data"]
+    boot, data = volumes[f"{project.name}-boot"], volumes[f"{project.name}-data"]
+    for volume, mark in ((boot, "boot"), (data, "data")):
+        assert volume.availability_zone == FREE and volume.volume_type == f"fast.{FREE}"
+        assert volume.metadata.get("gpu-rent") == mark
+        assert [a["server_id"] for a in volume.attachments] == [server.id]
+    assert boot.is_bootable and boot.size == 10 and data.size == 4
+    assert unnamed_volumes(member_conn) == unnamed_before  # nothing was left unnamed in the full pool
+
+    saved = state(project)
+    assert saved["pool"] == FREE and saved["flavor"] == "gpu.a10.1"
+    assert saved["resources"]["boot_volume"] == boot.id and saved["resources"]["data_volume"] == data.id
+    log = sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
+    assert f"gpu.a100.1 in {FULL}" in log or "No valid host" in log
+
+
+def test_volumes_pin_the_pool_even_when_the_first_pool_has_room_again(scanned):
+    project, ours = scanned
+    ids = {name: v.id for name, v in ours.volumes().items()}
+    assert gpu_rent(project, "stop").returncode == 0
+    assert ours.servers() == []
+
+    again = gpu_rent(project, "up", "--yes")  # ru-7a has room now, but the volumes live in ru-7b
+    assert again.returncode == 0, again.stderr
+    [server] = ours.servers()
+    assert server.availability_zone == FREE
+    assert {name: v.id for name, v in ours.volumes().items()} == ids
+    report = json.loads(gpu_rent(project, "status", "--json").stdout)
+    assert report["phase"] == "ready_cloud"
 
 
 def test_a_pool_fallback_the_cloud_lacks_is_refused_before_anything_is_created(tmp_path, member_conn):
