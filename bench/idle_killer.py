@@ -1,5 +1,5 @@
-"""The idle-killer's overshoot past its deadline and its CPU share (goals: <= 60 s at the real
-60 s tick, i.e. overshoot/tick <= 1.0; <= 0.5 % of one core).
+"""The idle-killer's overshoot past its deadline and its CPU share (goals: the server gone <= 60 s
+after the deadline at the real 60 s tick; <= 0.5 % of one core).
 
 Usage (the test ground running; from the repository root):
     .venv/bin/python bench/idle_killer.py [TICK_SECONDS]     # default 10: a shorter tick, the same ratio
@@ -9,7 +9,9 @@ Rents a ground host, bootstraps it with the killer armed, then:
   `python3 -c pass` measured in the same run (the reference: the least any tick can cost), and the
   share of one core at the real 60 s tick;
 - overshoot: re-arms with no grace and an idle time of 2 ticks, then takes the killer's deadline
-  (fires_at in its status file) and the moment Nova no longer lists the server.
+  (fires_at in its status file), when its DELETE was accepted (deleted_at) and the moment Nova no
+  longer lists the server. A tick that sees the deadline before the next tick waits for it, so the
+  overshoot does not grow with the tick; the ratio is against the 60 s goal.
 """
 
 from __future__ import annotations
@@ -82,11 +84,12 @@ def bench(cloud: Cloud, tick: int) -> None:
                   f"{'' if share <= 0.5 else '  - over the goal'}", flush=True)  # fmt: skip
 
             arm(address, data_id, workdir, extra | {"idle_killer_idle_seconds": 2 * tick}, "idle_killer.yml")
-            deadline = None
+            deadline = acted = None
             while conn.compute.find_server(server_id, ignore_missing=True) is not None:
                 try:
                     status = killer_status(address)
                     deadline = status.get("fires_at") or deadline
+                    acted = status.get("deleted_at") or acted
                 except (AssertionError, ValueError):
                     pass  # the host is going
                 time.sleep(0.5)
@@ -98,9 +101,14 @@ def bench(cloud: Cloud, tick: int) -> None:
     if deadline is None:
         sys.exit("the killer never said its deadline")
     overshoot = gone - deadline
-    ratio = overshoot / tick
-    print(f"overshoot  {overshoot:6.1f} s past the deadline at a {tick} s tick -> {ratio:.2f} ticks "
-          f"(goal <= 1.00: <= {REAL_TICK} s at the real tick){'' if ratio <= 1 else '  - over the goal'}")  # fmt: skip
+    if acted is not None:
+        late = acted - deadline
+        print(f"acted      {late:6.1f} s after the deadline ({late / tick:.2f} of a {tick} s tick): "
+              f"the DELETE Nova accepted", flush=True)  # fmt: skip
+        print(f"nova       {gone - acted:6.1f} s from that DELETE until Nova lists the server no more", flush=True)
+    ratio = overshoot / REAL_TICK
+    print(f"overshoot  {overshoot:6.1f} s past the deadline until the server is gone -> {ratio:.2f} of the "
+          f"{REAL_TICK} s goal{'' if ratio <= 1 else '  - over the goal'}")  # fmt: skip
 
 
 def _server_of(conn, address: str) -> str:

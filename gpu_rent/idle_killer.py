@@ -59,6 +59,7 @@ class Config:
     status_file: str = "/run/gpu-rent/idle-killer.json"
     credential_expires_at: str | None = None
     credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
+    tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
     armed_at: float = 0  # when this config was written (the role arms; the grace runs from then too)
 
     @classmethod
@@ -68,7 +69,7 @@ class Config:
         for key in ("comfy_ports", "models_dirs"):
             if key in known:
                 known[key] = tuple(known[key])
-        for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds"):
+        for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds", "tick_seconds"):
             if key in known:
                 known[key] = float(known[key])
         known.setdefault("armed_at", path.stat().st_mtime)
@@ -342,7 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         write_status(path, status)
         print(f"credential {result['state']}" + (f": {result['message']}" if result["message"] else ""))
         return 0 if result["state"] == "ok" else 1
-    tick(cfg)
+    status = tick(cfg)
+    # A deadline that falls before the next tick is kept to the second: wait for it, look again.
+    fires_at = status.get("fires_at")
+    if status["action"] != DELETE and fires_at and 0 < fires_at - time.time() <= cfg.tick_seconds:
+        time.sleep(max(0.0, fires_at - time.time()))
+        tick(cfg)
     return 0
 
 

@@ -131,6 +131,15 @@ def test_a_delete_that_cannot_reach_keystone_is_retried_and_says_so(tmp_path, sw
     assert said[0].startswith("<4>delete:")
 
 
+def test_a_deadline_before_the_next_tick_is_waited_for_not_left_to_the_next_tick(tmp_path, swarm, monkeypatch):
+    monkeypatch.setattr(idle_killer, "RETRY_PAUSE", 0)
+    cfg = config(tmp_path, swarm.port, idle_seconds=1, tick_seconds=60)
+    assert idle_killer.main(["tick", "--config", str(tmp_path / "idle-killer.json")]) == 0
+    status = json.loads(Path(cfg.status_file).read_text())
+    assert status["action"] == "delete"  # one run: the look that started the clock, then the one at the deadline
+    assert status["memory"]["idle_since"] + 1 <= status["tick_at"] < status["memory"]["idle_since"] + 5
+
+
 def test_fresh_downloads_are_partial_files_written_lately_newest_first(tmp_path):
     models = tmp_path / "Models"
     (models / "Lora").mkdir(parents=True)
