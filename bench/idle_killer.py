@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.ground.test_bootstrap import ANSIBLE_PLAYBOOK, rent_host, run_bootstrap
 from tests.ground.test_idle_killer import killer_status, member_auth
-from tests.groundkit import REPO, Cloud, connect, ground_missing, ssh, unique
+from tests.groundkit import REPO, Cloud, connect, drop_killer_credentials, ground_missing, ssh, unique
 
 RUNS = 20
 REAL_TICK = 60
@@ -95,9 +95,7 @@ def bench(cloud: Cloud, tick: int) -> None:
                 time.sleep(0.5)
             gone = time.time()
         finally:
-            found = conn.identity.find_application_credential(conn.current_user_id, name, ignore_missing=True)
-            if found:
-                conn.identity.delete_application_credential(conn.current_user_id, found.id)
+            drop_killer_credentials(conn, name)
     if deadline is None:
         sys.exit("the killer never said its deadline")
     overshoot = gone - deadline

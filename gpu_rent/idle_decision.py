@@ -86,9 +86,10 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         if now - since < limits.cap_seconds:
             left = limits.cap_seconds - (now - since)
             return keep(f"{trouble}: counted as busy for {_minutes(left)} more", troubled_since=since)
-        # past the cap the trouble is no reason to live: the idle clock runs from the cap on
+        # past the cap the trouble is no reason to live: the idle clock runs from the cap on, and
+        # never from before the last thing that kept the VM (a download that ended a minute ago)
         memory = replace(memory, troubled_since=since)
-        idle_since = idle_since if idle_since is not None else since + limits.cap_seconds
+        idle_since = idle_since if idle_since is not None else max(since + limits.cap_seconds, now)
         reason = f"{trouble} for {_minutes(now - since)}"
     else:
         memory = replace(memory, troubled_since=None)

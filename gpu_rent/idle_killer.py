@@ -15,9 +15,12 @@ no secret, and is what `gpu-rent status` reads over SSH.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +38,7 @@ HTTP_TIMEOUT = 10
 # A "*.tmp" under Models written to within this long means a download runs (SwarmUI's own
 # downloads write <name>.download.tmp, its workflow auto-downloads <file>.tmp).
 DOWNLOAD_FRESH_SECONDS = 120
+FUTURE_SLACK = 5  # seconds a partial file's mtime may lie ahead of this clock and still count
 RETRY_PAUSE = 2.0  # seconds before the second try of a transient failure, doubled for the third
 
 
@@ -139,7 +143,8 @@ def fresh_downloads(dirs: tuple[str, ...], now: float, fresh: float = DOWNLOAD_F
                     mtime = os.stat(path).st_mtime
                 except OSError:
                     continue  # renamed to its final name between the listing and the look
-                if now - mtime <= fresh:
+                # a clock ahead (a file copied with its mtime from a laptop) must not keep the VM for ever
+                if -FUTURE_SLACK <= now - mtime <= fresh:
                     found.append((mtime, os.path.relpath(path, top)))
     return tuple(p for _, p in sorted(found, reverse=True))
 
@@ -187,12 +192,18 @@ def authenticate(cfg: Config) -> tuple[str, list]:
 
 
 def endpoint(catalog: list, service_type: str, interface: str, region: str | None) -> str:
-    for service in catalog:
-        if service.get("type") != service_type:
-            continue
-        for ep in service.get("endpoints") or ():
-            if ep.get("interface") == interface and region in (None, ep.get("region_id"), ep.get("region")):
-                return ep["url"].rstrip("/")
+    found = [
+        ep
+        for service in catalog
+        if service.get("type") == service_type
+        for ep in service.get("endpoints") or ()
+        if ep.get("interface") == interface and region in (None, ep.get("region_id"), ep.get("region"))
+    ]
+    regions = {ep.get("region_id") or ep.get("region") for ep in found}
+    if region is None and len(regions) > 1:  # a DELETE in the wrong region answers 404: never guess
+        raise Unreachable(f"{service_type} in several regions ({', '.join(sorted(map(str, regions)))}): no region set")
+    if found:
+        return found[0]["url"].rstrip("/")
     raise Unreachable(f"no {interface} {service_type} endpoint{f' in {region}' if region else ''} in the catalogue")
 
 
@@ -207,8 +218,11 @@ def delete_server(cfg: Config) -> str:
     except urllib.error.HTTPError as e:
         if e.code == 404:
             return f"server {cfg.server_id} is already gone"
-        if e.code == 409:  # a delete (ours, a tick ago) is under way
+        body = e.read().decode(errors="replace")[:300]
+        if e.code == 409 and "delet" in body.lower():  # a delete (ours, a tick ago) is under way
             return f"server {cfg.server_id} is being deleted already"
+        if e.code == 409:  # locked, or another task runs: try again next tick, say which
+            raise Unreachable(f"Nova: HTTP 409 {' '.join(body.split())}") from None
         if e.code in (401, 403):
             raise CredentialRefused(f"Nova refused to delete server {cfg.server_id} ({_why(e)})") from None
         raise Unreachable(f"Nova: {_why(e)}") from None
@@ -230,19 +244,48 @@ def with_retries(action, tries: int = 3):
 
 # ------------------------------------------------------------------ one tick
 def load_status(path: Path) -> dict:
+    """The last tick's record, each field checked: a damaged file must never stop the killer."""
     try:
         status = json.loads(path.read_text())
-        return status if isinstance(status, dict) else {}
     except (OSError, ValueError):
-        return {}
+        status = {}
+    if not isinstance(status, dict):
+        status = {}
+    for key in ("booted_at", "tick_at", "fires_at"):
+        if key in status and _number(status[key]) is None:
+            status.pop(key)
+    memory = status.get("memory") if isinstance(status.get("memory"), dict) else {}
+    status["memory"] = {k: _number(memory.get(k)) for k in Memory.__dataclass_fields__}
+    credential = status.get("credential") if isinstance(status.get("credential"), dict) else {}
+    credential["checked_at"] = _number(credential.get("checked_at"))
+    status["credential"] = credential
+    if not isinstance(status.get("session_id"), str):
+        status.pop("session_id", None)
+    return status
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
 
 
 def write_status(path: Path, status: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
-    partial.chmod(0o644)
-    partial.replace(path)
+    fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(status, indent=1, sort_keys=True) + "\n")
+    os.chmod(partial, 0o644)
+    os.replace(partial, path)
+
+
+@contextlib.contextmanager
+def status_lock(path: Path):
+    """One reader-writer of the status file at a time: a tick, or the check the role runs beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, str | None]:
@@ -262,13 +305,19 @@ def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, str | N
 
 
 def tick(cfg: Config, now: float | None = None, say=print) -> dict:
+    with status_lock(Path(cfg.status_file)):
+        return _tick(cfg, now, say)
+
+
+def _tick(cfg: Config, now: float | None, say) -> dict:
     path = Path(cfg.status_file)
     before = load_status(path)
     now = time.time() if now is None else now
     seen, session_id = observe(cfg, before, now)
-    memory = Memory(**{k: v for k, v in (before.get("memory") or {}).items() if k in Memory.__dataclass_fields__})
+    memory = Memory(**before["memory"])
     decision = decide(seen, cfg.limits(), memory)
-    credential = dict(before.get("credential") or {"state": "unchecked"})
+    credential = dict(before["credential"] or {})
+    credential.setdefault("state", "unchecked")
     status = {
         "server_id": cfg.server_id,
         "booted_at": before.get("booted_at") or now,
@@ -288,7 +337,7 @@ def tick(cfg: Config, now: float | None = None, say=print) -> dict:
         loud = CRIT if credential.get("state") == "refused" else WARNING
         say(f"{loud}{decision.action}: {decision.reason}; {status['acted']}")
     else:
-        if now - float(credential.get("checked_at") or 0) >= cfg.credential_check_seconds:
+        if now - (credential.get("checked_at") or 0) >= cfg.credential_check_seconds:
             credential.update(_check(cfg, now))
         say(_line(decision, credential))
     write_status(path, status)
@@ -307,7 +356,7 @@ def _delete(cfg: Config, credential: dict, now: float, say) -> dict:
     try:
         done = with_retries(lambda: delete_server(cfg))
         credential.update(state="ok", checked_at=now, message=None)
-        return {"acted": done, "deleted_at": now}
+        return {"acted": done, "deleted_at": time.time()}  # when Nova took the DELETE
     except CredentialRefused as e:
         credential.update(state="refused", checked_at=now, message=str(e))
         return {"acted": f"CREDENTIAL REFUSED, cannot delete this server: {e}"}
@@ -337,10 +386,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "check":
         path = Path(cfg.status_file)
-        status = load_status(path)
-        status["credential"] = result = _check(cfg, time.time())
-        status.setdefault("server_id", cfg.server_id)
-        write_status(path, status)
+        result = _check(cfg, time.time())
+        with status_lock(path):
+            status = load_status(path)
+            status["credential"] = result
+            status.setdefault("server_id", cfg.server_id)
+            write_status(path, status)
         print(f"credential {result['state']}" + (f": {result['message']}" if result["message"] else ""))
         return 0 if result["state"] == "ok" else 1
     status = tick(cfg)

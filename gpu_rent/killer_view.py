@@ -59,6 +59,13 @@ def _minutes(seconds: float) -> str:
 
 def describe(status: dict | None, now: float) -> str:
     """One line: when the VM goes, or what keeps it, or why the killer cannot act."""
+    try:
+        return _describe(status, now)
+    except (AttributeError, TypeError, ValueError):  # a damaged file on the VM: say so, never crash status
+        return "the idle-killer's report on the VM is unreadable; its next tick writes it anew"
+
+
+def _describe(status: dict | None, now: float) -> str:
     if not status:
         return "no report from the idle-killer on the VM (not armed yet, or SSH does not answer)"
     credential = status.get("credential") or {}

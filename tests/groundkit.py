@@ -91,6 +91,17 @@ def wait_for_ssh(address: str, timeout: float = 90) -> None:
     wait_until(f"SSH at {address}", lambda: ssh(address, "true").returncode == 0, timeout, 0.5)
 
 
+def killer_credentials(conn, name: str) -> list:
+    """The idle-killer credentials made under name (the module adds the project id and the region)."""
+    user = conn.current_user_id
+    return [c for c in conn.identity.application_credentials(user) if c.name.startswith(f"{name}-")]
+
+
+def drop_killer_credentials(conn, name: str) -> None:
+    for cred in killer_credentials(conn, name):
+        conn.identity.delete_application_credential(conn.current_user_id, cred.id)
+
+
 class Cloud:
     """One member connection plus everything a test created, deleted at the end."""
 

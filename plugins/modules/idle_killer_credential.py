@@ -16,6 +16,9 @@ description:
   - A cloud whose Keystone has no access rules (before Train) gets, with allow_unrestricted_rules,
     a credential without rules, limited to fallback_roles (e.g. a role the cloud's policy lets
     delete servers and nothing else) or, without them, carrying the user's roles; and a warning.
+  - Keystone keeps application credentials per user, not per project: the credential's name is
+    name, the project id and the region, so that two rentals of the same NAME in two projects or
+    regions never take each other's.
   - state=absent deletes the credential of that name.
 options:
   name: {description: Credential name., required: true, type: str}
@@ -33,6 +36,7 @@ extends_documentation_fragment:
 
 RETURN = r"""
 id: {description: Credential id., returned: when present, type: str}
+name: {description: Credential name (name-<project id[:8]>[-<region>])., returned: when present, type: str}
 secret: {description: Credential secret (only when made by this run)., returned: when changed and present, type: str}
 expires_at: {description: Expiry (ISO 8601, UTC)., returned: when present, type: str}
 access_rules: {description: The access rules., returned: when present, type: list}
@@ -73,7 +77,8 @@ class IdleKillerCredentialModule(OpenStackModule):
         p = self.params
         identity = self.conn.identity
         user = self.conn.session.get_user_id()
-        found = identity.find_application_credential(user=user, name_or_id=p["name"], ignore_missing=True)
+        name = "-".join(filter(None, (p["name"], self.conn.current_project_id[:8], p["region_name"])))
+        found = identity.find_application_credential(user=user, name_or_id=name, ignore_missing=True)
         if p["state"] == "absent":
             if found and not self.ansible.check_mode:
                 identity.delete_application_credential(user, found.id)
@@ -82,17 +87,21 @@ class IdleKillerCredentialModule(OpenStackModule):
         rules = [{"service": "compute", "method": "DELETE", "path": p["rule_path"] or self._rule_path()}]
         now = datetime.now(UTC)
         if found and found.id == p["known_id"] and self._still_good(found, rules, now):
-            self.exit_json(changed=False, id=found.id, expires_at=found.expires_at,
+            self.exit_json(changed=False, id=found.id, name=name, expires_at=found.expires_at,
                            access_rules=rules)  # fmt: skip
         if self.ansible.check_mode:
             self.exit_json(changed=True)
         if found:
             identity.delete_application_credential(user, found.id)
         expires = (now + timedelta(days=p["days"])).replace(microsecond=0)
-        made, warning = self._create(user, rules, expires)
+        made, warning = self._create(user, name, rules, expires)
         if warning:
             self.warn(warning)
-        self.exit_json(changed=True, id=made.id, secret=made.secret, expires_at=made.expires_at,
+        elif [{k: r.get(k) for k in ("service", "method", "path")} for r in made.access_rules or []] != rules:
+            # a Keystone that ignores access rules gave a credential that can do what you can
+            identity.delete_application_credential(user, made.id)
+            self.fail_json(msg=f"Keystone did not keep the access rules (it made {made.access_rules}): not used")
+        self.exit_json(changed=True, id=made.id, name=name, secret=made.secret, expires_at=made.expires_at,
                        access_rules=made.access_rules or [])  # fmt: skip
 
     def _rule_path(self) -> str:
@@ -102,15 +111,15 @@ class IdleKillerCredentialModule(OpenStackModule):
 
     def _still_good(self, found, rules, now) -> bool:
         expires = _expiry(found.expires_at)
-        if expires is None or expires - now < timedelta(days=self.params["renew_days"]):
+        if expires is None or expires - now < timedelta(days=self.params["renew_days"]) or found.unrestricted:
             return False
         have = [{k: r.get(k) for k in ("service", "method", "path")} for r in found.access_rules or []]
         return have == rules or (not have and self.params["allow_unrestricted_rules"])
 
-    def _create(self, user, rules, expires):
+    def _create(self, user, name, rules, expires):
         kwargs = dict(
             user=user,
-            name=self.params["name"],
+            name=name,
             description="gpu-rent idle-killer: may delete its own server, nothing else",
             secret=secrets.token_urlsafe(32),
             expires_at=expires.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, ssh, wait_for_ssh, wait_until
+from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, killer_credentials, ssh, wait_for_ssh, wait_until
 
 BIN = Path(sys.executable).parent
 OPERATOR_CIDR = "10.231.7.1/32"
@@ -75,10 +75,9 @@ class Ours:
 
     def killer_credential(self):
         """The idle-killer's application credential of this project, or None."""
-        identity = self.conn.identity
-        return identity.find_application_credential(
-            self.conn.current_user_id, f"{self.name}-idle-killer", ignore_missing=True
-        )
+        found = killer_credentials(self.conn, f"{self.name}-idle-killer")
+        assert len(found) <= 1, found
+        return found[0] if found else None
 
     def ids(self) -> set[str]:
         """Ids of every server, volume and floating IP of this project now."""

@@ -105,6 +105,16 @@ def test_trouble_counts_as_busy_up_to_the_cap_then_the_clock_runs(kw, named):
     assert end.action == DELETE and named in end.reason
 
 
+def test_a_download_that_ends_past_the_cap_starts_the_full_idle_time_not_a_clock_from_the_past():
+    down = {"status": None, "error": "connection refused"}
+    ticks = [seen(LATE, **down), seen(LATE + 30 * MIN, downloads=("Lora/x.download.tmp",), **down)]
+    ticks += [seen(LATE + m * MIN, **down) for m in (120, 149, 150)]
+    _, downloading, ended, before_end, end = run(ticks)
+    assert downloading.action == KEEP and downloading.reason.startswith("download of")
+    assert ended.action == KEEP and ended.fires_at == LATE + 150 * MIN  # 30 min from the first idle look
+    assert before_end.action == KEEP and end.action == DELETE
+
+
 def test_some_loading_is_a_running_backend():
     status = running(loading_models=1) | {"backend_status": {"status": "some_loading"}}
     decision = decide(seen(status=status), LIMITS, Memory())

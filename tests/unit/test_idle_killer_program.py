@@ -37,7 +37,7 @@ def config(tmp_path: Path, swarm_port: int, comfy_port: int | None = None, **kw)
         "hold_file": str(tmp_path / "hold"),
         "seeding_lock": str(tmp_path / "seeding"),
         "status_file": str(tmp_path / "run" / "idle-killer.json"),
-        "credential_check_seconds": 10**9,
+        "credential_check_seconds": 1e12,  # no credential check in these ticks
     } | kw
     path = tmp_path / "idle-killer.json"
     path.write_text(json.dumps(data))
@@ -133,11 +133,11 @@ def test_a_delete_that_cannot_reach_keystone_is_retried_and_says_so(tmp_path, sw
 
 def test_a_deadline_before_the_next_tick_is_waited_for_not_left_to_the_next_tick(tmp_path, swarm, monkeypatch):
     monkeypatch.setattr(idle_killer, "RETRY_PAUSE", 0)
-    cfg = config(tmp_path, swarm.port, idle_seconds=1, tick_seconds=60)
+    cfg = config(tmp_path, swarm.port, idle_seconds=3, tick_seconds=60)
     assert idle_killer.main(["tick", "--config", str(tmp_path / "idle-killer.json")]) == 0
     status = json.loads(Path(cfg.status_file).read_text())
     assert status["action"] == "delete"  # one run: the look that started the clock, then the one at the deadline
-    assert status["memory"]["idle_since"] + 1 <= status["tick_at"] < status["memory"]["idle_since"] + 5
+    assert status["memory"]["idle_since"] + 3 <= status["tick_at"] < status["memory"]["idle_since"] + 30
 
 
 def test_fresh_downloads_are_partial_files_written_lately_newest_first(tmp_path):
@@ -145,7 +145,7 @@ def test_fresh_downloads_are_partial_files_written_lately_newest_first(tmp_path)
     (models / "Lora").mkdir(parents=True)
     now = time.time()
     for name, age in (("Lora/a.download.tmp", 10), ("Lora/b.safetensors.tmp", 1), ("Lora/old.tmp", 600),
-                      ("Lora/done.safetensors", 1)):  # fmt: skip
+                      ("Lora/done.safetensors", 1), ("Lora/ahead.tmp", -3600)):  # fmt: skip
         path = models / name
         path.write_bytes(b"x")
         os.utime(path, (now - age, now - age))
@@ -180,6 +180,21 @@ def test_the_compute_endpoint_is_the_interface_and_region_of_the_config():
     assert endpoint(CATALOG, "compute", "internal", None) == "http://internal/compute/v2.1"
     with pytest.raises(Unreachable, match="no public compute endpoint in ru-9"):
         endpoint(CATALOG, "compute", "public", "ru-9")
+    with pytest.raises(Unreachable, match=r"compute in several regions \(ru-3, ru-7\): no region set"):
+        endpoint(CATALOG, "compute", "public", None)  # a DELETE in the wrong region would answer 404
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    ["[]", '{"booted_at": "x", "memory": [1], "credential": "ok", "session_id": 5}',
+     '{"memory": {"idle_since": "yesterday"}, "credential": {"checked_at": null}}', "{not json"],
+)  # fmt: skip
+def test_a_damaged_status_file_never_stops_the_killer(tmp_path, swarm, damaged):
+    cfg = config(tmp_path, swarm.port)
+    Path(cfg.status_file).parent.mkdir(parents=True)
+    Path(cfg.status_file).write_text(damaged)
+    status, _ = tick(cfg)
+    assert status["action"] == "keep" and status["reason"].startswith("queue empty")
 
 
 def test_the_config_is_armed_when_written_and_ignores_keys_it_does_not_know(tmp_path):

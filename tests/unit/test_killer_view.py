@@ -51,3 +51,8 @@ def test_a_credential_near_its_expiry_is_mentioned():
     later = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(NOW + 5 * 86400))
     assert "credential expires at" in describe(status(credential_expires_at=soon), NOW)
     assert "expires" not in describe(status(credential_expires_at=later), NOW)
+
+
+def test_a_damaged_report_is_said_not_raised():
+    assert "unreadable" in describe(status(tick_at="x"), NOW)
+    assert "unreadable" in describe(status(credential="ok"), NOW)
