@@ -16,8 +16,6 @@ Rents a ground host, bootstraps it with the killer armed, then:
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.ground.test_bootstrap import ANSIBLE_PLAYBOOK, rent_host, run_bootstrap
+from tests.ground.test_bootstrap import rent_host, run_playbook
 from tests.ground.test_idle_killer import killer_status, member_auth
-from tests.groundkit import REPO, Cloud, connect, drop_killer_credentials, ground_missing, ssh, unique
+from tests.groundkit import Cloud, connect, drop_killer_credentials, ground_missing, ssh, unique
 
 RUNS = 20
 REAL_TICK = 60
@@ -46,17 +44,7 @@ def cpu_seconds(address: str, command: str) -> float:
 
 
 def arm(address: str, data_id: str, workdir: Path, extra: dict, playbook: str = "bootstrap.yml") -> None:
-    if playbook == "bootstrap.yml":
-        result = run_bootstrap((address, data_id), workdir, **extra)
-    else:
-        (workdir / "arm.json").write_text(json.dumps(extra))
-        result = subprocess.run(
-            [str(ANSIBLE_PLAYBOOK), "-i", str(workdir / "inventory.json"), "-e", f"@{workdir / 'arm.json'}",
-             str(REPO / "playbooks" / playbook)],
-            cwd=workdir, capture_output=True, text=True, timeout=300,
-            env={"PATH": f"{ANSIBLE_PLAYBOOK.parent}:/usr/bin:/bin", "HOME": "/root",
-                 "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-        )  # fmt: skip
+    result = run_playbook(playbook, (address, data_id), workdir, **extra)
     if result.returncode != 0:
         sys.exit(f"{playbook} failed:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
 

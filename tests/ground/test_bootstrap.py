@@ -18,7 +18,6 @@ import pytest
 
 from tests.groundkit import HOST_VARS, REPO, Cloud, ssh, wait_for_ssh
 
-PLAYBOOK = REPO / "playbooks" / "bootstrap.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 # What the project vars plugin gives on the ground (.ground/project/gpu-rent.vars).
 GROUND_VARS = {
@@ -42,6 +41,11 @@ def rent_host(cloud: Cloud, net) -> tuple[str, str]:
 
 def run_bootstrap(host: tuple[str, str], workdir: Path, **extra) -> subprocess.CompletedProcess:
     """ansible-playbook playbooks/bootstrap.yml against one host, as an operator runs it with an -i."""
+    return run_playbook("bootstrap.yml", host, workdir, **extra)
+
+
+def run_playbook(name: str, host: tuple[str, str], workdir: Path, **extra) -> subprocess.CompletedProcess:
+    """ansible-playbook playbooks/NAME against one host, with the ground's settings as extra vars."""
     address, data_volume_id = host
     inventory = workdir / "inventory.json"
     inventory.write_text(json.dumps({"gpu_rent_vm": {"hosts": {"vm": {
@@ -54,7 +58,7 @@ def run_bootstrap(host: tuple[str, str], workdir: Path, **extra) -> subprocess.C
     env = {"PATH": f"{ANSIBLE_PLAYBOOK.parent}:/usr/bin:/bin", "HOME": str(Path.home()),
            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}  # fmt: skip
     return subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "-e", f"@{extra_vars}", str(PLAYBOOK)],
+        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "-e", f"@{extra_vars}", str(REPO / "playbooks" / name)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
 

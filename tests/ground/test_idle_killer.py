@@ -20,8 +20,8 @@ import pytest
 import yaml
 from openstack import exceptions as os_exc
 
-from tests.ground.test_bootstrap import ANSIBLE_PLAYBOOK, converged, recap, run_bootstrap
-from tests.groundkit import CLOUDS_YAML, REPO, Cloud, drop_killer_credentials, ssh, unique, wait_for_ssh, wait_until
+from tests.ground.test_bootstrap import converged, recap, run_bootstrap, run_playbook
+from tests.groundkit import CLOUDS_YAML, Cloud, drop_killer_credentials, ssh, unique, wait_for_ssh, wait_until
 
 TICK = 2
 # Long enough that nothing fires while a signal is staged; the last test re-arms with short times.
@@ -112,15 +112,7 @@ def vm(member_conn, net, tmp_path_factory):
 
 def rearm(vm: Armed, **limits) -> None:
     """playbooks/idle_killer.yml with other times, as an operator re-arms the killer alone."""
-    workdir = vm.workdir
-    (workdir / "rearm.json").write_text(json.dumps(vm.extra | limits))
-    result = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", str(workdir / "inventory.json"), "-e", f"@{workdir / 'rearm.json'}",
-         str(REPO / "playbooks" / "idle_killer.yml")],
-        cwd=workdir, capture_output=True, text=True, timeout=300,
-        env={"PATH": f"{ANSIBLE_PLAYBOOK.parent}:/usr/bin:/bin", "HOME": "/root",
-             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-    )  # fmt: skip
+    result = run_playbook("idle_killer.yml", (vm.address, vm.data_volume_id), vm.workdir, **(vm.extra | limits))
     assert result.returncode == 0, converged(result)
 
 
