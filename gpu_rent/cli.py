@@ -8,6 +8,7 @@ answer or refused the credentials; 130 canceled with Ctrl+C.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -15,17 +16,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
+import asyncssh
 import openstack.exceptions
 import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view
+from gpu_rent import __version__, cloud, config, killer_view, watchdog
+from gpu_rent import ssh as vm_ssh
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress
 from gpu_rent.hold import hold_until
+from gpu_rent.notify import notify
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
 from gpu_rent.report import doctor_checks, status_report
-from gpu_rent.state import StateError, StateLocked, StateStore
+from gpu_rent.state import Phase, StateError, StateLocked, StateStore
 
 app = typer.Typer(
     name="gpu-rent",
@@ -115,12 +119,22 @@ def _print_plan(items: list[PlanItem]) -> None:
         console.print(f"[{style}]{item.action:<6}[/] {columns}".rstrip())
 
 
+WatchOption = Annotated[
+    float,
+    typer.Option("--watch-seconds", min=0.5, hidden=True, help="Seconds between the watchdog's looks at the server."),
+]
+
+
 @app.command()
 def up(
     project: ProjectOption = Path("."),
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Rent without asking.")] = False,
+    tunnel: Annotated[
+        bool, typer.Option("--tunnel/--no-tunnel", help="Open the tunnel (with its watchdog) in the background.")
+    ] = True,
+    watch_seconds: WatchOption = watchdog.WATCH_SECONDS,
 ) -> None:
-    """Rent the VM (or reuse the running one) and bring it to the next phase.
+    """Rent the VM (or reuse the running one), bring SwarmUI up and open the tunnel to it.
 
     Before renting it says what it will rent and the most it costs per hour, and asks.
     """
@@ -137,6 +151,8 @@ def up(
     try:
         state, result = _rental(settings).up(confirm)
     except HANDLED as e:
+        if not (isinstance(e, OperationFailed) and e.canceled):
+            notify("gpu-rent up failed", str(e).splitlines()[-1][:200] if str(e) else type(e).__name__)
         raise _fail(e) from None
     cloud_changed = result.changed.get("localhost", 0)
     vm_changed = sum(n for host, n in result.changed.items() if host != "localhost")
@@ -150,12 +166,42 @@ def up(
     # the killer's own word, read from the VM: armed (and what keeps the VM), or blind
     seen = killer_view.ask(settings, r, r.get("floating_ip_address") or "")
     note(f"idle-killer: {killer_view.describe(seen, time.time())}; `gpu-rent hold` keeps the VM longer")
+    if tunnel:
+        _open_tunnel(settings, watch_seconds, after_up=True)
+    notify("gpu-rent: SwarmUI is ready", watchdog.url(settings) if tunnel else f"{settings.name} is ready")
+
+
+def _open_tunnel(
+    settings: config.Settings, watch_seconds: float = watchdog.WATCH_SECONDS, after_up: bool = False
+) -> dict:
+    """The project's background tunnel, started when none runs; exits with one line when it cannot."""
+    record = watchdog.read_record(settings)
+    if record is None:
+        _target(settings)  # no VM yet is bad input, said here rather than by a child process
+        try:
+            record = watchdog.start_background(settings, watch_seconds)
+        except watchdog.SessionEnded as e:
+            error(f"{e} (the VM is ready: gpu-rent tunnel tries again)" if after_up else str(e))
+            raise typer.Exit(ExitCode.BAD_INPUT if e.code == 2 else ExitCode.FAILED) from None
+    else:  # a tunnel kept running through a re-up: the phase says so again
+        store = StateStore(settings.project_dir)
+        watchdog.move_phase(store, Phase.READY_TUNNELED, {Phase.READY_CLOUD}, "the tunnel forwards", note)
+    if record.get("state") == "recovering":
+        note(f"the watchdog is bringing the VM back ({record.get('message')}); the tunnel follows")
+    console.print(
+        f"[green]tunnel[/]: {record['url']} → SwarmUI on the VM (pid {record['pid']}; "
+        "`gpu-rent tunnel --close` closes it, the VM keeps running)"
+    )
+    return record
 
 
 @app.command()
 def stop(project: ProjectOption = Path(".")) -> None:
     """Delete the VM and its floating IP; the boot and data volumes stay for the next up."""
     settings = _settings(project)
+    closed = watchdog.close_background(settings)  # this project's tunnel first: its watchdog must not act
+    if closed:
+        note(f"tunnel closed (pid {closed['pid']})")
     try:
         state = _rental(settings).stop()
     except HANDLED as e:
@@ -265,6 +311,7 @@ def destroy(
             "destroy deletes the boot and data volumes (every model, output and setting): pass --i-understand-data-loss"
         )
         raise typer.Exit(ExitCode.BAD_INPUT)
+    watchdog.close_background(settings)
     try:
         _rental(settings).destroy()
     except HANDLED as e:
@@ -287,6 +334,140 @@ def status(
         console.print_json(json.dumps(report.to_json()))
         return
     report.render(console)
+
+
+def _say(message: str) -> None:
+    """A timestamped line for the long-running tunnel and watchdog (their log file in the background)."""
+    err.print(f"[dim]{datetime.now():%H:%M:%S}[/] {escape(message)}", soft_wrap=True)
+
+
+@app.command("tunnel")
+def tunnel_command(
+    project: ProjectOption = Path("."),
+    background: Annotated[
+        bool, typer.Option("--background", "-b", help="Run in the background (as up does) and return.")
+    ] = False,
+    close: Annotated[bool, typer.Option("--close", help="Close the background tunnel; the VM keeps running.")] = False,
+    watch_seconds: WatchOption = watchdog.WATCH_SECONDS,
+) -> None:
+    """Forward http://127.0.0.1:LOCAL_PORT to SwarmUI on the VM, with the watchdog; Ctrl+C closes it.
+
+    The watchdog brings a preempted (shelved) VM back with the same disks and reopens the tunnel;
+    a server in ERROR ends it with the reason, never with a new rental. The VM is never stopped here.
+    """
+    settings = _settings(project)
+    if close:
+        closed = watchdog.close_background(settings)
+        console.print(f"tunnel closed (pid {closed['pid']}); the VM keeps running" if closed else "no tunnel runs")
+        return
+    if background:
+        _open_tunnel(settings, watch_seconds)
+        return
+    running = watchdog.read_record(settings)
+    if running is not None:
+        note(f"a tunnel already runs: {running['url']} (pid {running['pid']}); `gpu-rent tunnel --close` closes it")
+        return
+    try:
+        code = watchdog.run_foreground(settings, _say, watch_seconds)
+    except (watchdog.SessionEnded, *HANDLED) as e:
+        if isinstance(e, watchdog.SessionEnded):
+            error(str(e))
+            raise typer.Exit(e.code) from None
+        raise _fail(e) from None
+    raise typer.Exit(code)
+
+
+@app.command("watchdog")
+def watchdog_command(project: ProjectOption = Path("."), watch_seconds: WatchOption = watchdog.WATCH_SECONDS) -> None:
+    """Watch the server without a tunnel: bring back a preempted VM, say why when it cannot. Ctrl+C ends it."""
+    settings = _settings(project)
+    try:
+        code = watchdog.run_foreground(settings, _say, watch_seconds, forward=False)
+    except (watchdog.SessionEnded, *HANDLED) as e:
+        if isinstance(e, watchdog.SessionEnded):
+            error(str(e))
+            raise typer.Exit(e.code) from None
+        raise _fail(e) from None
+    raise typer.Exit(code)
+
+
+@app.command("open")
+def open_command(project: ProjectOption = Path(".")) -> None:
+    """Open SwarmUI in the browser, opening the tunnel first when none runs."""
+    import webbrowser
+
+    settings = _settings(project)
+    record = _open_tunnel(settings)
+    if not webbrowser.open(record["url"]):
+        note(f"no browser found here: open {record['url']} yourself")
+
+
+def _target(settings: config.Settings) -> vm_ssh.Target:
+    state = load_state(StateStore(settings.project_dir), note)
+    try:
+        return vm_ssh.Target.of(settings, state.resources)
+    except vm_ssh.SshError as e:
+        error(str(e))
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+
+
+@app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh_command(ctx: typer.Context, project: ProjectOption = Path(".")) -> None:
+    """A shell on the VM (or: gpu-rent ssh -- COMMAND), as root, with the project's key and pinned host key."""
+    import shutil
+    import subprocess
+
+    settings = _settings(project)
+    target = _target(settings)
+    if not shutil.which("ssh"):
+        error("no ssh client on this machine: install OpenSSH (Windows: Settings → Optional features → OpenSSH Client)")
+        raise typer.Exit(ExitCode.FAILED)
+    if not vm_ssh.pinned_keys(target.known_hosts, target.alias):
+        try:
+            asyncio.run(vm_ssh.run(target, "true"))  # pins the host key the first time, as every command does
+        except vm_ssh.SshError as e:
+            error(str(e))
+            raise typer.Exit(ExitCode.FAILED) from None
+    command = [
+        "ssh", "-i", str(target.key), "-p", str(target.port), "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={target.known_hosts}", "-o", f"HostKeyAlias={target.alias}",
+        "-o", "LogLevel=ERROR", f"{target.user}@{target.address}", *ctx.args,
+    ]  # fmt: skip
+    raise typer.Exit(subprocess.call(command))
+
+
+@app.command()
+def logs(
+    project: ProjectOption = Path("."),
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl+C.")] = False,
+    lines: Annotated[int, typer.Option("--lines", "-n", min=1, help="How many recent lines.")] = 100,
+    unit: Annotated[str, typer.Option("--unit", "-u", help="swarmui, killer or all.", show_default=True)] = "all",
+) -> None:
+    """The journal of SwarmUI and the idle-killer on the VM."""
+    units = {"swarmui": ["swarmui"], "killer": ["gpu-rent-idle-killer"], "all": ["swarmui", "gpu-rent-idle-killer"]}
+    if unit not in units:
+        error(f"--unit {unit}: not one of swarmui, killer, all")
+        raise typer.Exit(ExitCode.BAD_INPUT)
+    settings = _settings(project)
+    target = _target(settings)
+    command = "journalctl --no-pager -o short-iso -n {} {} {}".format(
+        lines, " ".join(f"-u {u}" for u in units[unit]), "-f" if follow else ""
+    )
+    try:
+        code = asyncio.run(_stream(target, command))
+    except vm_ssh.SshError as e:
+        error(str(e))
+        raise typer.Exit(ExitCode.FAILED) from None
+    raise typer.Exit(code)
+
+
+async def _stream(target: vm_ssh.Target, command: str) -> int:
+    async with await vm_ssh.connect(target) as conn, conn.create_process(command, stderr=asyncssh.STDOUT) as proc:
+        async for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        await proc.wait()
+        return proc.exit_status or 0
 
 
 @app.command()

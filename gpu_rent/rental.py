@@ -179,7 +179,7 @@ class Rental:
             raise OperationFailed(f"{playbook}: {result.failure} (log: {_rel(result.log, self.settings)})")
         return result
 
-    def up(self, confirm: Callable[[list[PlanItem]], bool]) -> tuple[State, PlaybookResult]:
+    def up(self, confirm: Callable[[list[PlanItem]], bool], extra: dict | None = None) -> tuple[State, PlaybookResult]:
         self.settings.ssh_public_key()  # a missing key is bad input: before anything is rented
         cidr = self.settings.resolved_operator_cidr()
         with self.store.lock("up"):
@@ -191,7 +191,9 @@ class Rental:
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
             state.move_to(Phase.PROVISIONING, "up")
             self.store.save(state)
-            result = self._run(state, "up", "renting and bootstrapping", {"gpu_rent_operator_cidr": cidr})
+            result = self._run(
+                state, "up", "renting and bootstrapping", {"gpu_rent_operator_cidr": cidr, **(extra or {})}
+            )
             return state, result
 
     def stop(self) -> State:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import cloud, killer_view
+from gpu_rent import cloud, killer_view, watchdog
 from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.rental import connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
@@ -35,6 +35,7 @@ class StatusReport:
     gpu: str | None = None  # what the last bootstrap found on the VM, in words
     killer: str | None = None  # the idle-killer's view, in one line (None: no running VM to ask)
     killer_status: dict | None = None  # its status file as the VM has it
+    tunnel: dict | None = None  # the record of this project's running tunnel process, if one runs
 
     def to_json(self) -> dict:
         s = self.server
@@ -61,6 +62,7 @@ class StatusReport:
             "gpu": self.gpu,
             "idle_killer": None if self.killer is None else {"view": self.killer, "status": self.killer_status},
             "resources": self.resources,
+            "tunnel": self.tunnel,
         }
 
     def render(self, out: Console) -> None:
@@ -88,6 +90,13 @@ class StatusReport:
         if self.killer is not None:
             loud = "bold red" if self.killer.startswith(("CREDENTIAL", "SILENT")) else "bold"
             out.print(f"[bold]killer[/]    [{loud}]{escape(self.killer)}[/]")
+        t = self.tunnel
+        if t is not None:
+            detail = f"pid {t.get('pid')}, {t.get('forwarded', 0)} connections"
+            more = f": {t.get('message')}" if t.get("state") != "forwarding" and t.get("message") else ""
+            out.print(f"[bold]tunnel[/]    {t.get('url')} {t.get('state')}{escape(more)} [dim]({detail})[/]")
+        elif s is not None and s.status == "ACTIVE":
+            out.print("[bold]tunnel[/]    none [dim](gpu-rent tunnel, or gpu-rent open)[/]")
         if not self.leftovers:
             out.print("[bold]leftovers[/] none")
         for x in self.leftovers:
@@ -102,9 +111,10 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
     view = cloud.observe(conn, settings.name)
     names = resource_names(settings.name)
     # status writes only what the cloud proves, and only when no other command is running
+    tunnel = watchdog.read_record(settings)
     with contextlib.suppress(StateLocked), store.lock("status", wait=0):
         state = load_state(store, say)
-        phase, why = cloud.reconcile(state, view, settings.name)
+        phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
         server = view.server(names["server"], state.resources.get("server"))
         stale = cloud.stale_ids(state, view)
         if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
@@ -114,7 +124,7 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
             if server is not None:
                 state.resources["server"] = server.id
             store.save(state)
-    phase, why = cloud.reconcile(state, view, settings.name)
+    phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
     server = view.server(names["server"], state.resources.get("server"))
     if cloud.missing_preemptible(server):
         say(f"server {server.name} has no 'preemptible' tag: it bills at the full price; `gpu-rent up` restores it")
@@ -149,7 +159,18 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
         gpu=state.gpu,
         killer=killer,
         killer_status=killer_status,
+        tunnel=tunnel,
     )
+
+
+def _with_tunnel(phase: Phase, why: str, tunnel: dict | None) -> tuple[Phase, str]:
+    """ready_tunneled needs a live tunnel process of this project; a live one makes ready_cloud tunneled."""
+    forwarding = tunnel is not None and tunnel.get("state") == "forwarding"
+    if phase is Phase.READY_TUNNELED and tunnel is None:
+        return Phase.READY_CLOUD, f"{why}; no tunnel process runs"
+    if phase is Phase.READY_CLOUD and forwarding:
+        return Phase.READY_TUNNELED, f"{why}; the tunnel forwards"
+    return phase, why
 
 
 def openstack_cli(settings: Settings) -> str:

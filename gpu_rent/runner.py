@@ -210,8 +210,11 @@ def run_playbook(
             result.changed = {h: n for h, n in (data.get("changed") or {}).items()}
         return False  # the log is ours; ansible-runner need not keep the events in memory
 
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, lambda *_: cancel.requested.set())
+    # Ctrl+C cancels the play; only the main thread may take signals (the watchdog runs plays in a thread)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main_thread else None
+    if main_thread:
+        signal.signal(signal.SIGINT, lambda *_: cancel.requested.set())
     try:
         with (
             open(log_path, "w", encoding="utf-8") as log,
@@ -243,7 +246,8 @@ def run_playbook(
                 suppress_env_files=True,
             )
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
     result.canceled = cancel.requested.is_set()
     result.ok = runner.status == "successful" and not result.canceled
     if not result.ok and not result.canceled:

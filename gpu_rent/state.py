@@ -41,7 +41,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.PROVISIONING: frozenset({Phase.BOOTSTRAPPING}),
     Phase.BOOTSTRAPPING: frozenset({Phase.READY_CLOUD, Phase.PROVISIONING}),
     Phase.READY_CLOUD: frozenset({Phase.READY_TUNNELED, Phase.BOOTSTRAPPING, Phase.PROVISIONING}),
-    Phase.READY_TUNNELED: frozenset({Phase.READY_CLOUD, Phase.BOOTSTRAPPING}),
+    Phase.READY_TUNNELED: frozenset({Phase.READY_CLOUD, Phase.BOOTSTRAPPING, Phase.PROVISIONING}),
 }
 
 

@@ -84,7 +84,7 @@ def test_the_first_up_rents_in_the_next_pool_and_makes_the_volumes_only_there(sc
     assert f"{FULL} or {FREE}" in plan.stdout
 
     with sold_out(admin_conn, FULL):
-        result = gpu_rent(project, "up", "--yes")
+        result = gpu_rent(project, "up", "--yes", "--no-tunnel")
     assert result.returncode == 0, result.stderr
 
     [server] = ours.servers()
@@ -113,7 +113,7 @@ def test_volumes_pin_the_pool_even_when_the_first_pool_has_room_again(scanned):
     assert gpu_rent(project, "stop").returncode == 0
     assert ours.servers() == []
 
-    again = gpu_rent(project, "up", "--yes")  # ru-7a has room now, but the volumes live in ru-7b
+    again = gpu_rent(project, "up", "--yes", "--no-tunnel")  # ru-7a has room now, but the volumes live in ru-7b
     assert again.returncode == 0, again.stderr
     [server] = ours.servers()
     assert server.availability_zone == FREE
@@ -126,7 +126,7 @@ def test_a_pool_fallback_the_cloud_lacks_is_refused_before_anything_is_created(t
     project = scanning_project(tmp_path)
     text = (project / "gpu-rent.vars").read_text().replace(f"POOL_FALLBACK={FREE}", "POOL_FALLBACK=ru-9z")
     (project / "gpu-rent.vars").write_text(text)
-    result = gpu_rent(project, "up", "--yes")
+    result = gpu_rent(project, "up", "--yes", "--no-tunnel")
     assert result.returncode == 2
     assert "POOL_FALLBACK: ru-9z: no such pool" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert Ours(member_conn, project.name).everything()["volumes"] == []

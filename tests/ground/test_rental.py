@@ -12,12 +12,15 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
+from websockets.sync.client import connect as ws_connect
 
 from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, killer_credentials, ssh, wait_for_ssh, wait_until
+from tests.loopback_sshd import free_port
 
 BIN = Path(sys.executable).parent
 OPERATOR_CIDR = "10.231.7.1/32"
@@ -51,11 +54,39 @@ def status(project: Path) -> dict:
 
 
 def make_project(tmp: Path, name: str) -> Path:
+    """A copy of the ground's project with its own NAME and its own tunnel port (tests run side by side)."""
     project = tmp / name
     shutil.copytree(PROJECT, project)
     with open(project / "gpu-rent.vars", "a") as f:
-        f.write(f"NAME={name}\n")
+        f.write(f"NAME={name}\nLOCAL_PORT={free_port()}\n")
     return project
+
+
+def up(project: Path) -> subprocess.CompletedProcess:
+    """gpu-rent up, its watchdog looking every 2 s (30 s by default) so that tests see it act."""
+    return gpu_rent(project, "up", "--yes", "--watch-seconds", "2")
+
+
+def tunnel(project: Path) -> dict:
+    """The record of the project's running tunnel process (failing when none runs)."""
+    record = json.loads((project / ".gpu-rent" / "tunnel.json").read_text())
+    assert record["state"] != "closed", record
+    os.kill(record["pid"], 0)
+    return record
+
+
+def through_tunnel(project: Path, route: str = "/API/GetNewSession", body: dict | None = None) -> dict:
+    request = urllib.request.Request(f"{tunnel(project)['url']}{route}", json.dumps(body or {}).encode())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 class Ours:
@@ -116,6 +147,7 @@ def life(tmp_path_factory, member_conn):
     chain = "FLAVOR_FALLBACK=gpu.h100.8,gpu.l4.1,gpu.a10.1\n"
     (project / "gpu-rent.vars").write_text(re.sub(r"^FLAVOR_FALLBACK=.*\n", chain, settings, flags=re.M))
     yield project, Ours(member_conn, name)
+    gpu_rent(project, "tunnel", "--close")
     gpu_rent(project, "destroy", "--i-understand-data-loss")
 
 
@@ -136,11 +168,11 @@ def test_bad_config_creates_nothing(tmp_path, member_conn):
 
 def test_up_rents_exactly_the_resources_of_the_spec(life):
     project, ours = life
-    result = gpu_rent(project, "up", "--yes")
+    result = up(project)
     assert result.returncode == 0, result.stderr
     assert "at most 1.35/hour" in result.stdout  # said what it rents and what it costs, before renting
     s = state(project)
-    assert s["phase"] == "ready_cloud"
+    assert s["phase"] == "ready_tunneled"
     assert s["flavor"] == "gpu.l4.1"  # gpu.a100.1: no valid host; gpu.h100.8: over the quota
     assert s["pool"] == "ru-7a"
     log = sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
@@ -190,13 +222,44 @@ def test_up_rents_exactly_the_resources_of_the_spec(life):
     assert [line.split()[3] for line in lines[3:]] == ["127.0.0.1:7801"]
 
 
+def test_up_opens_the_tunnel_to_swarmui_on_the_vm_and_websockets_pass(life):
+    project, _ = life
+    record = tunnel(project)
+    port = int(record["url"].rsplit(":", 1)[1])
+    assert record["state"] == "forwarding" and port != 7801  # the laptop's own SwarmUI port is never taken
+    session = through_tunnel(project)
+    assert session["user_id"] == "local" and session["version"].endswith("-standin")
+    counters = through_tunnel(project, "/API/GetGlobalStatus", {"session_id": session["session_id"]})["status"]
+    assert counters == {"waiting_gens": 0, "loading_models": 0, "waiting_backends": 0, "live_gens": 0}
+    with ws_connect(f"ws://127.0.0.1:{port}/StandinTest/EchoWS", open_timeout=10) as ws:
+        ws.send("через туннель")
+        assert ws.recv(timeout=10) == "через туннель"
+    shown = gpu_rent(project, "status")
+    assert f"tunnel    {record['url']} forwarding" in shown.stdout and "phase     ready_tunneled" in shown.stdout
+    assert status(project)["tunnel"]["pid"] == record["pid"]
+
+
+def test_a_killed_tunnel_connection_reconnects_and_requests_work_again(life):
+    project, _ = life
+    record = tunnel(project)
+    address = state(project)["resources"]["floating_ip_address"]
+    # the tunnel's connection holds a terminal (sshd: root@pts/N); this test's own ssh holds none
+    assert ssh(address, "pkill -KILL -f 'sshd: root@[p]ts'").returncode == 0
+    log = project / ".gpu-rent" / "logs" / "tunnel.log"
+    wait_until("the tunnel to reconnect", lambda: "SSH connected again" in log.read_text(), 60)
+    assert through_tunnel(project)["session_id"]
+    assert tunnel(project)["pid"] == record["pid"]  # the same process: the browser's port never closed
+
+
 def test_a_second_up_changes_nothing_in_the_cloud(life):
     project, ours = life
     before = ours.everything()
-    result = gpu_rent(project, "up", "--yes")
+    pid = tunnel(project)["pid"]
+    result = up(project)
     assert result.returncode == 0, result.stderr
     assert "changed: cloud 0, VM 0" in result.stdout
     assert ours.everything() == before
+    assert tunnel(project)["pid"] == pid and state(project)["phase"] == "ready_tunneled"  # kept, not doubled
 
 
 def test_resize_data_grows_the_volume_and_its_filesystem_on_the_running_vm(life):
@@ -282,8 +345,10 @@ def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
     project, ours = life
     volumes = {v.name: v.id for v in ours.volumes().values()}
     rented = ours.ids()
+    pid = tunnel(project)["pid"]
     result = gpu_rent(project, "stop")
     assert result.returncode == 0, result.stderr
+    assert gone(pid) and f"tunnel closed (pid {pid})" in result.stderr  # closed before the server went
     assert ours.servers() == [] and ours.floating_ips() == []
     after = ours.volumes()
     assert {v.name: v.id for v in after.values()} == volumes
@@ -297,7 +362,7 @@ def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
 def test_up_after_stop_reuses_the_same_volumes(life):
     project, ours = life
     volumes = {v.name: v.id for v in ours.volumes().values()}
-    assert gpu_rent(project, "up", "--yes").returncode == 0
+    assert up(project).returncode == 0
     s = state(project)
     assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == set(volumes.values())
     assert {v.name: v.id for v in ours.volumes().values()} == volumes
@@ -336,21 +401,42 @@ def test_a_refused_credential_is_shown_loudly(life):
     assert "killer    CREDENTIAL REFUSED" in gpu_rent(project, "status").stdout
 
 
-def test_up_brings_back_a_shelved_server_with_the_same_disks_and_rearms_the_killer(life):
+def test_the_watchdog_brings_back_a_shelved_server_with_the_same_disks_and_reopens_the_tunnel(life):
     project, ours = life
     server = ours.servers()[0]
+    pid = tunnel(project)["pid"]
     refused = ours.killer_credential()  # None: the test before deleted it
     volumes = {v.name: v.id for v in ours.volumes().values()}
     ours.conn.compute.shelve_server(server)  # what a preemption or a "freeze" leaves
-    ours.conn.compute.wait_for_server(server, status="SHELVED_OFFLOADED", wait=120)
-    again = gpu_rent(project, "up", "--yes")
-    assert again.returncode == 0, again.stderr
-    assert [s.id for s in ours.servers()] == [server.id]
+    log = project / ".gpu-rent" / "logs" / "tunnel.log"
+    wait_until("the watchdog to bring the VM back", lambda: "the VM is back" in log.read_text(), 300, 1)
+    wait_until("the tunnel to forward again", lambda: tunnel(project)["state"] == "forwarding", 60)
+    assert "status SHELVED" in log.read_text()  # the raw state, logged
+    assert through_tunnel(project)["session_id"]
+    assert tunnel(project)["pid"] == pid
+    assert [s.id for s in ours.servers()] == [server.id]  # the same server, never a new rental
     assert ours.conn.compute.get_server(server.id).status == "ACTIVE"
     assert {v.name: v.id for v in ours.volumes().values()} == volumes
-    assert state(project)["phase"] == "ready_cloud"
+    assert state(project)["phase"] == "ready_tunneled"
     assert refused is None and ours.killer_credential() is not None  # a credential Keystone takes again
     assert status(project)["idle_killer"]["view"].startswith("armed, kept alive by: grace after boot")
+
+
+def test_a_server_in_error_ends_the_watchdog_with_the_reason_and_nothing_is_rented(life, admin_conn):
+    project, ours = life
+    server = ours.servers()[0]
+    pid = tunnel(project)["pid"]
+    before = ours.ids()
+    admin_conn.compute.reset_server_state(server, "error")
+    try:
+        wait_until("the tunnel process to end", lambda: gone(pid), 60)
+        record = json.loads((project / ".gpu-rent" / "tunnel.json").read_text())
+        assert record["state"] == "closed" and record["exit_code"] == 1
+        assert "the server is in ERROR" in record["message"] and "not re-created" in record["message"]
+        assert ours.ids() == before and [s.id for s in ours.servers()] == [server.id]
+        assert state(project)["phase"] == "ready_cloud"
+    finally:
+        admin_conn.compute.reset_server_state(server, "active")
 
 
 def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_reconciles(life):

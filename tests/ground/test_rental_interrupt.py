@@ -56,7 +56,7 @@ def test_ctrl_c_during_up_cancels_the_playbook_and_up_resumes(tmp_path, member_c
         again = gpu_rent(project, "up", "--yes")
         assert again.returncode == 0, again.stderr
         s = state(project)
-        assert s["phase"] == "ready_cloud"
+        assert s["phase"] == "ready_tunneled"  # the resumed up went all the way, its tunnel open
         assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == volumes
         assert len(ours.servers()) == 1 and len(ours.volumes()) == 2
     finally:

@@ -14,7 +14,7 @@ from gpu_rent.state import StateStore
 runner = CliRunner()
 COMMANDS = [
     "up", "stop", "destroy", "status", "doctor", "dry-run", "resize-data", "seed-extensions", "seed-models",
-    "seed-autocomplete", "hold",
+    "seed-autocomplete", "hold", "tunnel", "watchdog", "open", "ssh", "logs",
 ]  # fmt: skip
 
 
@@ -158,3 +158,22 @@ def test_hold_mistakes_are_one_line_and_exit_2_before_the_cloud(project, args, m
     result = runner.invoke(app, ["hold", *args, "--project", str(project)])
     assert result.exit_code == 2
     assert message in result.output
+
+
+@pytest.mark.parametrize("command", [["tunnel"], ["tunnel", "--background"], ["open"], ["ssh"], ["logs"], ["watchdog"]])
+def test_commands_that_need_the_vm_say_so_in_one_line_before_up(project, command):
+    result = runner.invoke(app, [*command, "--project", str(project)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == ["error: no VM address in the state: run gpu-rent up first"]
+    assert not (project / ".gpu-rent" / "tunnel.json").exists()
+
+
+def test_logs_refuses_an_unknown_unit(project):
+    result = runner.invoke(app, ["logs", "--unit", "bogus", "--project", str(project)])
+    assert result.exit_code == 2
+    assert "--unit bogus: not one of swarmui, killer, all" in result.output
+
+
+def test_closing_a_tunnel_when_none_runs_says_so(project):
+    result = runner.invoke(app, ["tunnel", "--close", "--project", str(project)])
+    assert result.exit_code == 0 and "no tunnel runs" in result.output

@@ -187,3 +187,14 @@ def _server_id(swarm, old):
     except OSError:
         return None
     return new if new != old else None
+
+
+def test_a_websocket_route_upgrades_and_echoes_text_binary_and_ping(swarm):
+    from websockets.sync.client import connect
+
+    with connect(f"ws://127.0.0.1:{swarm.port}/StandinTest/EchoWS", open_timeout=5) as ws:
+        ws.send("привет")
+        assert ws.recv(timeout=5) == "привет"
+        ws.send(bytes(range(256)) * 300)  # a 16-bit-length frame is too short for this: 64-bit length
+        assert ws.recv(timeout=5) == bytes(range(256)) * 300
+        ws.ping().wait(5)

@@ -6,9 +6,12 @@ stdlib only: the target host has python3 and nothing else is installed for it.
 """
 
 import argparse
+import base64
+import hashlib
 import json
 import os
 import re
+import struct
 import sys
 import threading
 import time
@@ -193,10 +196,35 @@ PAGE = b"""<!DOCTYPE html><html><head><title>SwarmUI</title></head>
 <body><h1>SwarmUI</h1><p>Test-ground stand-in %s</p></body></html>"""
 
 
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 1.3
+
+
+def ws_read(rfile) -> tuple[int, bytes] | None:
+    """One client frame (opcode, unmasked payload); None when the connection ends."""
+    head = rfile.read(2)
+    if len(head) < 2:
+        return None
+    opcode, length = head[0] & 0x0F, head[1] & 0x7F
+    if length == 126:
+        length = struct.unpack(">H", rfile.read(2))[0]
+    elif length == 127:
+        length = struct.unpack(">Q", rfile.read(8))[0]
+    mask = rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+    data = rfile.read(length)
+    return opcode, bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+
+def ws_frame(opcode: int, payload: bytes) -> bytes:
+    n = len(payload)
+    size = bytes([n]) if n < 126 else b"\x7e" + struct.pack(">H", n) if n < 65536 else b"\x7f" + struct.pack(">Q", n)
+    return bytes([0x80 | opcode]) + size + payload
+
+
 class Handler(BaseHTTPRequestHandler):
     swarm: Swarm
     server_version = "Kestrel"
     sys_version = ""
+    disable_nagle_algorithm = True  # as Kestrel does
 
     def log_message(self, fmt, *args):  # journal gets one line per request
         sys.stderr.write(f"{self.command} {self.path}\n")
@@ -211,7 +239,29 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, obj: dict, code: int = 200) -> None:
         self._send(code, json.dumps(obj).encode())
 
+    def _websocket_echo(self) -> None:
+        """A WebSocket that echoes every message (SwarmUI's *WS routes are WebSockets; this one tests the path)."""
+        key = self.headers.get("Sec-WebSocket-Key", "").encode()
+        self.protocol_version = "HTTP/1.1"  # an upgrade is HTTP/1.1 only
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key + WS_GUID).digest()).decode())
+        self.end_headers()
+        self.close_connection = True
+        while (frame := ws_read(self.rfile)) is not None:
+            opcode, payload = frame
+            if opcode == 8:  # close: answer it and end
+                self.wfile.write(ws_frame(8, payload[:2]))
+                return
+            if opcode == 9:  # ping
+                self.wfile.write(ws_frame(10, payload))
+            elif opcode in (1, 2):
+                self.wfile.write(ws_frame(opcode, payload))
+
     def do_GET(self):
+        if self.path == "/StandinTest/EchoWS" and self.headers.get("Upgrade", "").lower() == "websocket":
+            return self._websocket_echo()
         if self.path in ("/", "/Text2Image"):
             installed = self.swarm.settings.get("IsInstalled", "false").lower() == "true"
             self._send(200, PAGE % (VERSION.encode() if installed else b"(not installed)"), "text/html")

@@ -1,0 +1,62 @@
+"""A desktop notification when a long step ends (SwarmUI ready, the VM back after a preemption).
+
+desktop-notifier speaks each platform's own service (Windows toasts, macOS Notification Center,
+freedesktop D-Bus on Linux); where none answers (a server, CI, a bare WSL), a terminal bell.
+A cancel never notifies (the user is at the keyboard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+
+APP = "gpu-rent"
+TIMEOUT = 3.0  # a notifier that does not answer must not hold up the command
+
+
+def _has_desktop() -> bool:
+    """Linux without a session bus (a server, CI, WSL without a desktop) has no one to show a toast."""
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DBUS_SESSION_BUS_ADDRESS") or os.environ.get("DISPLAY"))
+    return True
+
+
+class _Failures(logging.Handler):
+    """desktop-notifier logs a failed send and returns as if shown: its log is how we learn the truth."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record)
+
+
+async def _send(title: str, message: str) -> bool:
+    from desktop_notifier import DesktopNotifier
+
+    log = logging.getLogger("desktop_notifier")
+    failures = _Failures()
+    log.addHandler(failures)
+    log.propagate = False  # its tracebacks are not for the user's terminal
+    try:
+        notifier = DesktopNotifier(app_name=APP)
+        await asyncio.wait_for(notifier.send(title=title, message=message), TIMEOUT)
+    finally:
+        log.removeHandler(failures)
+    return not failures.seen
+
+
+def notify(title: str, message: str) -> str:
+    """Show it; returns how: "desktop", "bell" or "none" (no notifier and no terminal)."""
+    with contextlib.suppress(Exception):  # no D-Bus session, no notification service, no permission
+        if _has_desktop() and asyncio.run(_send(title, message)):
+            return "desktop"
+    if sys.stderr.isatty():
+        sys.stderr.write("\a")
+        sys.stderr.flush()
+        return "bell"
+    return "none"

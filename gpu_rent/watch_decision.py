@@ -1,0 +1,73 @@
+"""What the laptop's watchdog does about the server Nova shows it: pure, so every case is a unit test.
+
+Nova's `status` is what it shows; `vm_state`/`task_state` say what is underway. Preemption on
+Selectel shelves the server (SHELVED_OFFLOADED, disks kept); the watchdog brings back that same
+server and never rents a new one: an endless re-create is how a broken image bills all night.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Act(StrEnum):
+    OK = "ok"  # running: keep the tunnel
+    WAIT = "wait"  # underway (booting, rebooting, unshelving): look again next tick
+    RECOVER = "recover"  # shelved/stopped/expired: unshelve the same server, bootstrap lightly, reopen
+    GONE = "gone"  # deleted (idle-killer, stop, the cloud): close the tunnel, nothing to bring back
+    FATAL = "fatal"  # ERROR: say why and exit, never re-create
+    UNKNOWN = "unknown"  # a status this program does not know: log it, touch nothing
+
+
+@dataclass(frozen=True)
+class Verdict:
+    act: Act
+    why: str
+
+
+RECOVERABLE = {"SHELVED", "SHELVED_OFFLOADED", "SHUTOFF", "STOPPED", "EXPIRED", "SUSPENDED", "PAUSED"}
+UNDERWAY = {"BUILD", "REBOOT", "HARD_REBOOT", "MIGRATING", "RESIZE", "VERIFY_RESIZE", "REVERT_RESIZE", "PASSWORD"}
+DELETING = {"DELETED", "SOFT_DELETED"}
+
+
+def judge(status: str | None, vm_state: str | None = None, task_state: str | None = None, fault: str = "") -> Verdict:
+    """The watchdog's move for a server showing (status, vm_state, task_state); None status: no server."""
+    raw = f"status {status}, vm_state {vm_state or '-'}, task_state {task_state or '-'}"
+    if status is None:
+        return Verdict(Act.GONE, "the server is gone (deleted by the idle-killer, a stop, or the cloud)")
+    status = status.upper()
+    if (task_state or "").lower() == "deleting" or status in DELETING:
+        return Verdict(Act.GONE, f"the server is being deleted ({raw})")
+    if status == "ERROR":
+        why = f"the server is in ERROR ({raw}{'; fault: ' + fault if fault else ''})"
+        return Verdict(Act.FATAL, f"{why}: not re-created; `gpu-rent stop` then `gpu-rent up` rents anew")
+    if task_state:  # unshelving, spawning, powering-on...: the cloud is already at it
+        return Verdict(Act.WAIT, f"the cloud is at work ({raw})")
+    if status == "ACTIVE":
+        return Verdict(Act.OK, raw)
+    if status in RECOVERABLE:
+        return Verdict(Act.RECOVER, f"the server was taken off its host ({raw}): bringing it back")
+    if status in UNDERWAY:
+        return Verdict(Act.WAIT, f"the server is busy ({raw})")
+    return Verdict(Act.UNKNOWN, f"unknown server state ({raw}): left alone, looking again")
+
+
+# Renew the token this long before it expires: a renewal must never race the expiry itself.
+TOKEN_MARGIN_SECONDS = 15 * 60
+
+
+def token_due(expires_at: float | None, now: float, margin: float = TOKEN_MARGIN_SECONDS) -> bool:
+    """Whether the cloud token should be renewed now (unknown expiry: yes)."""
+    return expires_at is None or expires_at - now <= margin
+
+
+# How many times in a row the same server may be brought back before the watchdog gives up:
+# preempted three times within the window means the pool has no room, not bad luck.
+MAX_RECOVERIES = 3
+RECOVERY_WINDOW_SECONDS = 3600
+
+
+def may_recover(recent: list[float], now: float) -> bool:
+    """Whether another recovery is allowed given the times of the recent ones."""
+    return len([t for t in recent if now - t < RECOVERY_WINDOW_SECONDS]) < MAX_RECOVERIES

@@ -1,0 +1,357 @@
+"""The laptop's side while the VM runs: the tunnel and the watchdog, in one process.
+
+`gpu-rent tunnel` runs it in the foreground (Ctrl+C closes the tunnel and never stops the VM);
+`up` and `open` start it in the background. It writes `.gpu-rent/tunnel.json` at every change:
+where it forwards, what it is doing and why; `status` and `stop` read it. The watchdog looks at
+the server every WATCH_SECONDS: shelved or stopped (a preemption) → the same server is brought
+back and the tunnel reopens; ERROR → exit with the reason; gone → the tunnel closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpu_rent import ssh
+from gpu_rent.config import ConfigError, Settings, resource_names
+from gpu_rent.rental import CloudUnreachable, OperationFailed, Rental, connect, load_state
+from gpu_rent.state import Phase, StateError, StateLocked, StateStore
+from gpu_rent.tunnel import PortBusy, Tunnel
+from gpu_rent.watch_decision import Act, judge, may_recover, token_due
+
+RECORD_FILE = "tunnel.json"
+LOG_FILE = "logs/tunnel.log"
+WATCH_SECONDS = 30.0
+# How long `up`/`open` wait for a background tunnel to forward before they say why it did not.
+START_TIMEOUT = 60.0
+
+
+class SessionEnded(Exception):
+    """The session ends; `code` is the exit code, the message says why."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------------------------------- the record
+
+
+def record_path(settings: Settings) -> Path:
+    return settings.runtime_dir / RECORD_FILE
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    if os.name == "nt":  # os.kill(pid, 0) would end the process on Windows
+        import ctypes
+
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        code = ctypes.c_ulong()
+        alive = bool(handle) and ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code)) and code == 259
+        if handle:
+            ctypes.windll.kernel32.CloseHandle(handle)
+        return bool(alive)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_record(settings: Settings) -> dict | None:
+    """The running tunnel's record, or None when no tunnel process of this project is alive."""
+    try:
+        record = json.loads(record_path(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("state") == "closed" or not pid_alive(int(record.get("pid", 0))):
+        return None
+    return record
+
+
+def _write_record(settings: Settings, record: dict) -> None:
+    path = record_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tunnel.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
+
+
+def url(settings: Settings) -> str:
+    return f"http://127.0.0.1:{settings.local_port}"
+
+
+def move_phase(store: StateStore, to: Phase, only_from: set[Phase], why: str, say: Callable[[str], None]) -> None:
+    """Move the phase when no other command holds the project (that command sets it itself)."""
+    with contextlib.suppress(StateLocked, StateError, OSError), store.lock("tunnel", wait=1.0):
+        state = load_state(store, say)
+        if state.phase in only_from:
+            state.move_to(to, why)
+            store.save(state)
+
+
+# ---------------------------------------------------------------------------------------------- the session
+
+
+class Session:
+    """The tunnel plus the watchdog; `run()` returns when the user closes it or the VM is gone."""
+
+    def __init__(
+        self, settings: Settings, log: Callable[[str], None], watch_seconds: float = WATCH_SECONDS, forward: bool = True
+    ):
+        self.settings = settings
+        self.forward = forward  # False: the watchdog alone (`gpu-rent watchdog`), no port, no record
+        self._log = log
+        self.watch_seconds = watch_seconds
+        self.store = StateStore(settings.project_dir)
+        self.record: dict = {
+            "pid": os.getpid(),
+            "url": url(settings),
+            "local_port": settings.local_port,
+            "remote_port": settings.remote_port,
+            "started_at": time.time(),
+            "state": "connecting",
+            "message": "",
+            "recoveries": [],
+        }
+        self.tunnel: Tunnel | None = None
+        self.target: ssh.Target | None = None
+        self.server_id: str | None = None
+        self._last_verdict = ""
+        self._cloud = None
+
+    def log(self, message: str) -> None:
+        self._log(message)
+
+    def _update(self, **fields) -> None:
+        self.record.update(fields, updated_at=time.time())
+        if not self.forward:
+            return
+        if self.tunnel is not None:
+            self.record["forwarded"] = self.tunnel.opened
+        with contextlib.suppress(OSError):
+            _write_record(self.settings, self.record)
+
+    def _phase(self, to: Phase, only_from: set[Phase], why: str) -> None:
+        move_phase(self.store, to, only_from, why, self.log)
+
+    def _on_up(self) -> None:
+        self._update(state="forwarding", message=f"{self.record['url']} → VM 127.0.0.1:{self.settings.remote_port}")
+        self.log(f"forwarding {self.record['url']} → the VM's 127.0.0.1:{self.settings.remote_port}")
+        self._phase(Phase.READY_TUNNELED, {Phase.READY_CLOUD}, "the tunnel forwards")
+
+    def _target(self) -> ssh.Target:
+        state = load_state(self.store, self.log)
+        try:
+            target = ssh.Target.of(self.settings, state.resources)
+        except ssh.SshError as e:
+            raise SessionEnded(f"{e}", 2) from None
+        self.server_id = state.resources.get("server")
+        return target
+
+    async def run(self) -> int:
+        self.target = self._target()
+        self.tunnel = Tunnel(
+            lambda: ssh.connect(self.target), self.settings.local_port, self.settings.remote_port, log=self.log
+        )
+        if self.forward:
+            try:
+                await self.tunnel.listen()
+            except PortBusy as e:
+                raise SessionEnded(str(e), 2) from None
+            self._update(state="connecting", message=f"SSH to {self.target.address}")
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows: Ctrl+C arrives as an exception
+                loop.add_signal_handler(sig, stopping.set)
+        tasks = {asyncio.create_task(self._watch(), name="watchdog"), asyncio.create_task(stopping.wait(), name="stop")}
+        if self.forward:
+            tasks.add(asyncio.create_task(self.tunnel.run(on_up=self._on_up), name="tunnel"))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            first = done.pop()
+            if first.get_name() == "stop":
+                what = "closed" if self.forward else "watchdog ended"
+                return self._end(f"{what} by the user; the VM keeps running (gpu-rent stop stops it)", 0)
+            try:
+                first.result()
+            except ssh.HostKeyChanged as e:
+                return self._end(str(e), 1)
+            except SessionEnded as e:
+                return self._end(str(e), e.code)
+            return self._end("ended", 0)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.tunnel.close()
+
+    def _end(self, message: str, code: int) -> int:
+        self._update(state="closed", message=message, exit_code=code)
+        self.log(message)
+        if self.forward:
+            self._phase(Phase.READY_CLOUD, {Phase.READY_TUNNELED}, "the tunnel closed")
+        return code
+
+    # ------------------------------------------------------------------------------------------ watchdog
+
+    def _server(self):
+        """(status, vm_state, task_state, fault) of this project's server; status None when it is gone."""
+        if self._cloud is None:
+            self._cloud = connect(self.settings)
+        self._renew_token()
+        compute = self._cloud.compute
+        server = compute.find_server(self.server_id, ignore_missing=True) if self.server_id else None
+        if server is None:
+            server = compute.find_server(resource_names(self.settings.name)["server"], ignore_missing=True)
+        if server is None:
+            return None, None, None, ""
+        server = compute.get_server(server.id)
+        self.server_id = server.id
+        fault = (server.fault or {}).get("message", "") if isinstance(server.fault, dict) else ""
+        return server.status, server.vm_state, server.task_state, fault
+
+    def _renew_token(self) -> None:
+        auth = self._cloud.session.auth
+        access = auth.get_access(self._cloud.session)
+        expires = access.expires.timestamp() if access and access.expires else None
+        if token_due(expires, time.time()):
+            auth.invalidate()
+            auth.get_access(self._cloud.session)
+            self.log("cloud token renewed before it expired")
+
+    async def _watch(self) -> None:
+        failures = 0
+        while True:
+            await asyncio.sleep(self.watch_seconds)
+            try:
+                status, vm_state, task_state, fault = await asyncio.to_thread(self._server)
+            except Exception as e:  # the cloud down for a while is not the VM down: say so, look again
+                failures += 1
+                self._cloud = None
+                if failures in (1, 5) or failures % 20 == 0:
+                    self.log(
+                        f"watchdog: the cloud does not answer ({type(e).__name__}: {str(e)[:200]}); the tunnel stays"
+                    )
+                continue
+            failures = 0
+            self._update()  # the connection count, and a heartbeat `status` can read
+            verdict = judge(status, vm_state, task_state, fault)
+            if verdict.why != self._last_verdict and verdict.act is not Act.OK:
+                self.log(f"watchdog: {verdict.why}")
+            self._last_verdict = verdict.why
+            if verdict.act is Act.GONE:
+                raise SessionEnded(f"{verdict.why}: the tunnel closes; gpu-rent up rents it again", 0)
+            if verdict.act is Act.FATAL:
+                raise SessionEnded(verdict.why, 1)
+            if verdict.act is Act.RECOVER:
+                await self._recover(verdict.why)
+
+    async def _recover(self, why: str) -> None:
+        now = time.time()
+        if not may_recover(self.record["recoveries"], now):
+            raise SessionEnded(f"{why}; brought back {len(self.record['recoveries'])} times within the hour: "
+                               "giving up (the pool has no room); `gpu-rent up` tries again", 1)  # fmt: skip
+        self.tunnel.paused = True
+        self.tunnel.drop()
+        self._update(state="recovering", message=why)
+        rental = Rental(self.settings, say=self.log, progress=self._progress)
+        extra = {"gpu_rent_reuse_only": True, "bootstrap_light": True}
+        try:
+            await asyncio.to_thread(rental.up, lambda items: False, extra)
+        except StateLocked as e:
+            self.log(f"watchdog: {e}; trying again at the next look")
+            return
+        except (OperationFailed, CloudUnreachable, ConfigError, StateError, OSError) as e:
+            raise SessionEnded(f"could not bring the VM back: {e}", 1) from None
+        self.record["recoveries"] = [*self.record["recoveries"], now]
+        self.target = self._target()
+        self.log("the VM is back with the same disks; reopening the tunnel")
+        self.tunnel.paused = False
+
+    @contextlib.contextmanager
+    def _progress(self, title: str):
+        started = time.monotonic()
+        self.log(f"{title}...")
+        yield lambda progress: None
+        self.log(f"{title}: done in {time.monotonic() - started:.0f}s")
+
+
+def run_foreground(
+    settings: Settings, log: Callable[[str], None], watch_seconds: float = WATCH_SECONDS, forward: bool = True
+) -> int:
+    try:
+        return asyncio.run(Session(settings, log, watch_seconds, forward).run())
+    except KeyboardInterrupt:  # Windows, where no signal handler is installed
+        return 0
+
+
+# ---------------------------------------------------------------------------------------------- background
+
+
+def start_background(settings: Settings, watch_seconds: float = WATCH_SECONDS, timeout: float = START_TIMEOUT) -> dict:
+    """Start the session as a detached process and wait until it forwards; its record, or SessionEnded."""
+    log = settings.runtime_dir / LOG_FILE
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "gpu_rent", "tunnel", "--project", str(settings.project_dir),
+               "--watch-seconds", str(watch_seconds)]  # fmt: skip
+    detach = (
+        {"creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
+        if os.name == "nt"
+        else {"start_new_session": True}  # Ctrl+C in the terminal that ran `up` does not reach it
+    )
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, **detach)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = read_record(settings)
+        # recovering: the watchdog is bringing a shelved VM back; the tunnel follows by itself
+        if record and record.get("pid") == proc.pid and record.get("state") in ("forwarding", "recovering"):
+            return record
+        if proc.poll() is not None:
+            raise SessionEnded(f"the tunnel did not start: {_last_line(log)}", proc.returncode or 1)
+        time.sleep(0.1)
+    proc.terminate()  # a tunnel that cannot reach the VM is not left retrying unseen
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+    raise SessionEnded(f"the tunnel did not forward within {timeout:.0f}s: {_last_line(log)}", 1)
+
+
+def _last_line(log: Path) -> str:
+    with contextlib.suppress(OSError):
+        lines = [x for x in log.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
+        if lines:
+            return lines[-1].removeprefix("error: ")
+    return f"see {log}"
+
+
+def close_background(settings: Settings, timeout: float = 5.0) -> dict | None:
+    """Close this project's background tunnel (the VM keeps running); its record, or None if none ran."""
+    record = read_record(settings)
+    if record is None:
+        return None
+    pid = int(record["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+    return record
