@@ -22,9 +22,9 @@ import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view, watchdog
+from gpu_rent import __version__, cloud, config, files, killer_view, sync, watchdog
 from gpu_rent import ssh as vm_ssh
-from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress
+from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.notify import notify
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
@@ -119,6 +119,12 @@ def _print_plan(items: list[PlanItem]) -> None:
         console.print(f"[{style}]{item.action:<6}[/] {columns}".rstrip())
 
 
+StopOnExitOption = Annotated[
+    bool,
+    typer.Option(
+        "--stop-on-exit", help="Stop the VM should the tunnel process die uncleanly (a crash, kill -9); not on Ctrl+C."
+    ),
+]
 WatchOption = Annotated[
     float,
     typer.Option("--watch-seconds", min=0.5, hidden=True, help="Seconds between the watchdog's looks at the server."),
@@ -132,6 +138,7 @@ def up(
     tunnel: Annotated[
         bool, typer.Option("--tunnel/--no-tunnel", help="Open the tunnel (with its watchdog) in the background.")
     ] = True,
+    stop_on_exit: StopOnExitOption = False,
     watch_seconds: WatchOption = watchdog.WATCH_SECONDS,
 ) -> None:
     """Rent the VM (or reuse the running one), bring SwarmUI up and open the tunnel to it.
@@ -167,19 +174,22 @@ def up(
     seen = killer_view.ask(settings, r, r.get("floating_ip_address") or "")
     note(f"idle-killer: {killer_view.describe(seen, time.time())}; `gpu-rent hold` keeps the VM longer")
     if tunnel:
-        _open_tunnel(settings, watch_seconds, after_up=True)
+        _open_tunnel(settings, watch_seconds, after_up=True, stop_on_exit=stop_on_exit)
     notify("gpu-rent: SwarmUI is ready", watchdog.url(settings) if tunnel else f"{settings.name} is ready")
 
 
 def _open_tunnel(
-    settings: config.Settings, watch_seconds: float = watchdog.WATCH_SECONDS, after_up: bool = False
+    settings: config.Settings,
+    watch_seconds: float = watchdog.WATCH_SECONDS,
+    after_up: bool = False,
+    stop_on_exit: bool = False,
 ) -> dict:
     """The project's background tunnel, started when none runs; exits with one line when it cannot."""
     record = watchdog.read_record(settings)
     if record is None:
         _target(settings)  # no VM yet is bad input, said here rather than by a child process
         try:
-            record = watchdog.start_background(settings, watch_seconds)
+            record = watchdog.start_background(settings, watch_seconds, stop_on_exit=stop_on_exit)
         except watchdog.SessionEnded as e:
             error(f"{e} (the VM is ready: gpu-rent tunnel tries again)" if after_up else str(e))
             raise typer.Exit(ExitCode.BAD_INPUT if e.code == 2 else ExitCode.FAILED) from None
@@ -196,9 +206,17 @@ def _open_tunnel(
 
 
 @app.command()
-def stop(project: ProjectOption = Path(".")) -> None:
-    """Delete the VM and its floating IP; the boot and data volumes stay for the next up."""
+def stop(
+    project: ProjectOption = Path("."),
+    no_pull: Annotated[bool, typer.Option("--no-pull", help="Do not copy new outputs to ./Output first.")] = False,
+) -> None:
+    """Delete the VM and its floating IP; the boot and data volumes stay for the next up.
+
+    With PULL_OUTPUT (the default) new outputs are copied to ./Output first, when the VM answers.
+    """
     settings = _settings(project)
+    if settings.pull_output and not no_pull:
+        _pull_before_stop(settings)
     closed = watchdog.close_background(settings)  # this project's tunnel first: its watchdog must not act
     if closed:
         note(f"tunnel closed (pid {closed['pid']})")
@@ -208,6 +226,26 @@ def stop(project: ProjectOption = Path(".")) -> None:
         raise _fail(e) from None
     kept = ", ".join(f"{k} {v}" for k, v in state.resources.items() if k in ("boot_volume", "data_volume"))
     console.print(f"[green]stopped[/]: no server is billing; kept {kept or 'no volumes'}")
+
+
+def _pull_before_stop(settings: config.Settings) -> None:
+    """Step 1 of stop: new outputs to ./Output when a VM runs and SSH answers; never a reason not to stop."""
+    state = load_state(StateStore(settings.project_dir), note)
+    try:
+        target = vm_ssh.Target.of(settings, state.resources)
+        conn = connect(settings)
+        server = cloud.observe(conn, settings.name).server(config.resource_names(settings.name)["server"])
+        if server is None or server.status != "ACTIVE":
+            return
+        with transfer_progress("pulling Output") as show:
+            result = files.pull_output(settings, target, False, show)
+    except (vm_ssh.SshError, sync.SyncError) as e:
+        note(f"outputs not pulled ({e}); stopping anyway")
+        return
+    except HANDLED:
+        return  # the stop itself says what is wrong with the cloud
+    if result.files_sent:
+        console.print(f"pulled to {files.output_dir(settings)}: {files.summary(result)}")
 
 
 def _seed(part: str, project: Path, update: bool = False) -> None:
@@ -348,6 +386,7 @@ def tunnel_command(
         bool, typer.Option("--background", "-b", help="Run in the background (as up does) and return.")
     ] = False,
     close: Annotated[bool, typer.Option("--close", help="Close the background tunnel; the VM keeps running.")] = False,
+    stop_on_exit: StopOnExitOption = False,
     watch_seconds: WatchOption = watchdog.WATCH_SECONDS,
 ) -> None:
     """Forward http://127.0.0.1:LOCAL_PORT to SwarmUI on the VM, with the watchdog; Ctrl+C closes it.
@@ -361,14 +400,14 @@ def tunnel_command(
         console.print(f"tunnel closed (pid {closed['pid']}); the VM keeps running" if closed else "no tunnel runs")
         return
     if background:
-        _open_tunnel(settings, watch_seconds)
+        _open_tunnel(settings, watch_seconds, stop_on_exit=stop_on_exit)
         return
     running = watchdog.read_record(settings)
     if running is not None:
         note(f"a tunnel already runs: {running['url']} (pid {running['pid']}); `gpu-rent tunnel --close` closes it")
         return
     try:
-        code = watchdog.run_foreground(settings, _say, watch_seconds)
+        code = watchdog.run_foreground(settings, _say, watch_seconds, stop_on_exit=stop_on_exit)
     except (watchdog.SessionEnded, *HANDLED) as e:
         if isinstance(e, watchdog.SessionEnded):
             error(str(e))
@@ -391,6 +430,14 @@ def watchdog_command(project: ProjectOption = Path("."), watch_seconds: WatchOpt
     raise typer.Exit(code)
 
 
+@app.command("sentinel", hidden=True)
+def sentinel_command(
+    pid: Annotated[int, typer.Option("--pid", help="The tunnel process to watch.")], project: ProjectOption = Path(".")
+) -> None:
+    """--stop-on-exit's watcher: stops the VM when the tunnel process PID dies without closing cleanly."""
+    raise typer.Exit(watchdog.sentinel(_settings(project), pid, _say))
+
+
 @app.command("open")
 def open_command(project: ProjectOption = Path(".")) -> None:
     """Open SwarmUI in the browser, opening the tunnel first when none runs."""
@@ -400,6 +447,48 @@ def open_command(project: ProjectOption = Path(".")) -> None:
     record = _open_tunnel(settings)
     if not webbrowser.open(record["url"]):
         note(f"no browser found here: open {record['url']} yourself")
+
+
+ChecksumOption = Annotated[
+    bool, typer.Option("--checksum", help="Compare sha256 instead of size and modification time (slower).")
+]
+
+
+@app.command()
+def push(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -> None:
+    """Copy the project's Models, Wildcards and workflows folders (PUSH_FOLDERS) to the data volume.
+
+    Only new and changed files travel; an interrupted push resumes; the idle-killer waits for it.
+    """
+    settings = _settings(project)
+    target = _target(settings)
+    try:
+        with StateStore(settings.project_dir).lock("push"), transfer_progress("pushing") as show:
+            result = files.push(settings, target, checksum, show)
+    except (vm_ssh.SshError, sync.SyncError) as e:
+        error(str(e))
+        raise typer.Exit(ExitCode.FAILED) from None
+    except HANDLED as e:
+        raise _fail(e) from None
+    for missing in result.missing:
+        note(f"{missing}: no such folder here, skipped")
+    console.print(f"[green]pushed[/]: {files.summary(result)}")
+
+
+@app.command("pull-output")
+def pull_output(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -> None:
+    """Copy new outputs from the VM into ./Output; nothing is deleted on either side; resumable."""
+    settings = _settings(project)
+    target = _target(settings)
+    try:
+        with transfer_progress("pulling Output") as show:
+            result = files.pull_output(settings, target, checksum, show)
+    except (vm_ssh.SshError, sync.SyncError) as e:
+        error(str(e))
+        raise typer.Exit(ExitCode.FAILED) from None
+    if result.missing:
+        note("the VM has no Output folder yet: nothing generated")
+    console.print(f"[green]pulled[/] to {files.output_dir(settings)}: {files.summary(result)}")
 
 
 def _target(settings: config.Settings) -> vm_ssh.Target:

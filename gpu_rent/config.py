@@ -85,6 +85,11 @@ KEYS: dict[str, Key] = {
     "REMOTE_PORT": Key("a TCP port, 1..65535", 7801, "SwarmUI's port on the VM (reached only through SSH)"),
     "PULL_OUTPUT": Key("true/false, yes/no, on/off or 1/0", True, "copy generated images here before stopping"),
     "KEEP_FLOATING_IP": Key("true/false, yes/no, on/off or 1/0", False, "keep the floating IP between rentals"),
+    "PUSH_FOLDERS": Key(
+        "comma-separated LOCAL=REMOTE pairs; LOCAL in the project, REMOTE on the data volume, no '..'",
+        (("Models", "Models"), ("Wildcards", "Data/Wildcards"), ("workflows", "CustomWorkflows")),
+        "what gpu-rent push copies to the VM",
+    ),
     "OPERATOR_CIDR": Key(
         "auto, or an IP address or network such as 203.0.113.7/32",
         "auto",
@@ -180,6 +185,19 @@ def _matching(pattern: str, problem: str) -> Callable[[str], str]:
     return parse
 
 
+def _push_folders(raw: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in _list(raw):
+        local, eq, remote = (part.strip() for part in item.partition("="))
+        if not eq or not local or not remote:
+            raise _Bad(f"has {item!r}, not LOCAL=REMOTE")
+        parts = remote.replace("\\", "/").split("/")
+        if remote.startswith("/") or ".." in parts or ".." in local.replace("\\", "/").split("/"):
+            raise _Bad(f"has {item!r}: REMOTE is a folder on the data volume, relative, and neither side has '..'")
+        pairs.append((local, "/".join(p for p in parts if p not in ("", "."))))
+    return tuple(pairs)
+
+
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "POOL": _text,
     "POOL_FALLBACK": _list,
@@ -195,6 +213,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "REMOTE_PORT": _whole(1, 65535),
     "PULL_OUTPUT": _bool,
     "KEEP_FLOATING_IP": _bool,
+    "PUSH_FOLDERS": _push_folders,
     "OPERATOR_CIDR": _operator_cidr,
     "SSH_USER": _matching(r"[a-z_][a-z0-9_-]*", "is not a valid user name"),
     "PRICE_PER_HOUR": _price,
@@ -460,6 +479,7 @@ class Settings:
     remote_port: int
     pull_output: bool
     keep_floating_ip: bool
+    push_folders: tuple[tuple[str, str], ...]
     operator_cidr: str
     ssh_user: str
     price_per_hour: float | None

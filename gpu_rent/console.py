@@ -84,3 +84,36 @@ def playbook_progress(title: str):
     finally:
         if err.is_terminal:
             bars.stop()
+
+
+@contextmanager
+def transfer_progress(title: str):
+    """A byte bar for push and pull: `show(done, total, name)`; without a terminal, a line per tenth."""
+    from rich.progress import DownloadColumn, TransferSpeedColumn
+
+    bars = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=30),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    task = bars.add_task(escape(title), total=None)
+    printed = [-1]
+
+    def show(done: int, total: int, name: str) -> None:
+        bars.update(task, completed=done, total=total or None, description=f"{escape(title)} {escape(name[-40:])}")
+        tenth = int(10 * done / total) if total else 0
+        if not err.is_terminal and total and tenth != printed[0]:
+            printed[0] = tenth
+            err.print(f"[dim]{escape(title)}: {_amount(done, total)}[/]")
+
+    if err.is_terminal:
+        bars.start()
+    try:
+        yield show
+    finally:
+        if err.is_terminal:
+            bars.stop()

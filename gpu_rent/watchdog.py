@@ -30,6 +30,9 @@ from gpu_rent.watch_decision import Act, judge, may_recover, token_due
 
 RECORD_FILE = "tunnel.json"
 LOG_FILE = "logs/tunnel.log"
+SENTINEL_LOG = "logs/sentinel.log"
+# How often the --stop-on-exit sentinel looks whether the tunnel process still lives.
+SENTINEL_SECONDS = 2.0
 WATCH_SECONDS = 30.0
 # How long `up`/`open` wait for a background tunnel to forward before they say why it did not.
 START_TIMEOUT = 60.0
@@ -111,9 +114,15 @@ class Session:
     """The tunnel plus the watchdog; `run()` returns when the user closes it or the VM is gone."""
 
     def __init__(
-        self, settings: Settings, log: Callable[[str], None], watch_seconds: float = WATCH_SECONDS, forward: bool = True
+        self,
+        settings: Settings,
+        log: Callable[[str], None],
+        watch_seconds: float = WATCH_SECONDS,
+        forward: bool = True,
+        stop_on_exit: bool = False,
     ):
         self.settings = settings
+        self.stop_on_exit = stop_on_exit
         self.forward = forward  # False: the watchdog alone (`gpu-rent watchdog`), no port, no record
         self._log = log
         self.watch_seconds = watch_seconds
@@ -127,6 +136,7 @@ class Session:
             "state": "connecting",
             "message": "",
             "recoveries": [],
+            "stop_on_exit": stop_on_exit,
         }
         self.tunnel: Tunnel | None = None
         self.target: ssh.Target | None = None
@@ -174,6 +184,11 @@ class Session:
             except PortBusy as e:
                 raise SessionEnded(str(e), 2) from None
             self._update(state="connecting", message=f"SSH to {self.target.address}")
+        if self.stop_on_exit:
+            sentinel = _spawn(self.settings, ["sentinel", "--pid", str(os.getpid())], SENTINEL_LOG)
+            self.record["sentinel_pid"] = sentinel.pid
+            self.log(f"--stop-on-exit: should this process die uncleanly, the VM is stopped (sentinel pid "
+                     f"{self.record['sentinel_pid']})")  # fmt: skip
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -270,7 +285,7 @@ class Session:
         self.tunnel.paused = True
         self.tunnel.drop()
         self._update(state="recovering", message=why)
-        rental = Rental(self.settings, say=self.log, progress=self._progress)
+        rental = Rental(self.settings, say=self.log, progress=_logged(self.log))
         extra = {"gpu_rent_reuse_only": True, "bootstrap_light": True}
         try:
             await asyncio.to_thread(rental.up, lambda items: False, extra)
@@ -284,19 +299,16 @@ class Session:
         self.log("the VM is back with the same disks; reopening the tunnel")
         self.tunnel.paused = False
 
-    @contextlib.contextmanager
-    def _progress(self, title: str):
-        started = time.monotonic()
-        self.log(f"{title}...")
-        yield lambda progress: None
-        self.log(f"{title}: done in {time.monotonic() - started:.0f}s")
-
 
 def run_foreground(
-    settings: Settings, log: Callable[[str], None], watch_seconds: float = WATCH_SECONDS, forward: bool = True
+    settings: Settings,
+    log: Callable[[str], None],
+    watch_seconds: float = WATCH_SECONDS,
+    forward: bool = True,
+    stop_on_exit: bool = False,
 ) -> int:
     try:
-        return asyncio.run(Session(settings, log, watch_seconds, forward).run())
+        return asyncio.run(Session(settings, log, watch_seconds, forward, stop_on_exit).run())
     except KeyboardInterrupt:  # Windows, where no signal handler is installed
         return 0
 
@@ -304,19 +316,27 @@ def run_foreground(
 # ---------------------------------------------------------------------------------------------- background
 
 
-def start_background(settings: Settings, watch_seconds: float = WATCH_SECONDS, timeout: float = START_TIMEOUT) -> dict:
-    """Start the session as a detached process and wait until it forwards; its record, or SessionEnded."""
-    log = settings.runtime_dir / LOG_FILE
+def _spawn(settings: Settings, args: list[str], log_file: str) -> subprocess.Popen:
+    """`gpu-rent ARGS` for this project as a detached process, its output appended to log_file."""
+    log = settings.runtime_dir / log_file
     log.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "gpu_rent", "tunnel", "--project", str(settings.project_dir),
-               "--watch-seconds", str(watch_seconds)]  # fmt: skip
+    command = [sys.executable, "-m", "gpu_rent", *args, "--project", str(settings.project_dir)]
     detach = (
         {"creationflags": subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP}
         if os.name == "nt"
-        else {"start_new_session": True}  # Ctrl+C in the terminal that ran `up` does not reach it
+        else {"start_new_session": True}  # Ctrl+C in the terminal that started it does not reach it
     )
     with open(log, "ab") as out:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, **detach)
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, **detach)
+
+
+def start_background(
+    settings: Settings, watch_seconds: float = WATCH_SECONDS, timeout: float = START_TIMEOUT, stop_on_exit: bool = False
+) -> dict:
+    """Start the session as a detached process and wait until it forwards; its record, or SessionEnded."""
+    log = settings.runtime_dir / LOG_FILE
+    args = ["tunnel", "--watch-seconds", str(watch_seconds), *(["--stop-on-exit"] if stop_on_exit else [])]
+    proc = _spawn(settings, args, LOG_FILE)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         record = read_record(settings)
@@ -355,3 +375,52 @@ def close_background(settings: Settings, timeout: float = 5.0) -> dict | None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
     return record
+
+
+# ---------------------------------------------------------------------------------------------- --stop-on-exit
+
+
+def sentinel(settings: Settings, pid: int, say: Callable[[str], None], tick: float = SENTINEL_SECONDS) -> int:
+    """Wait for the tunnel process `pid` to end; when it ended uncleanly, stop the VM.
+
+    Clean ends (Ctrl+C, `tunnel --close`, `stop`, the VM gone or in ERROR) write "closed" into the
+    record first; a kill -9, a crash or an out-of-memory kill leave it as it was, and then nobody
+    would be watching a billing VM but its idle-killer.
+    """
+    while pid_alive(pid):
+        time.sleep(tick)
+    try:
+        record = json.loads(record_path(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if record.get("pid") == pid and record.get("state") == "closed":
+        say(f"the tunnel process {pid} ended cleanly ({record.get('message')}); the VM keeps running")
+        return 0
+    say(f"the tunnel process {pid} ended uncleanly (its record says {record.get('state')!r}): stopping the VM")
+    rental = Rental(settings, say=say, progress=_logged(say))
+    for attempt in range(3):
+        try:
+            rental.stop()
+        except StateLocked as e:  # another command is acting; it may be the stop itself
+            say(f"{e}; trying again")
+            time.sleep(10 * (attempt + 1))
+            continue
+        except (OperationFailed, CloudUnreachable, ConfigError, StateError, OSError) as e:
+            say(f"could not stop the VM: {e}; gpu-rent stop does it")
+            return 1
+        say("the VM is stopped; the volumes stay")
+        return 0
+    return 1
+
+
+def _logged(say: Callable[[str], None]):
+    """A Rental progress for processes without a terminal: a line when a playbook starts and ends."""
+
+    @contextlib.contextmanager
+    def progress(title: str):
+        started = time.monotonic()
+        say(f"{title}...")
+        yield lambda progress: None
+        say(f"{title}: done in {time.monotonic() - started:.0f}s")
+
+    return progress

@@ -5,10 +5,12 @@ stop, up again, a direct playbook stop, orphans, destroy. Every step checks
 the cloud itself, never only what the CLI printed.
 """
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -251,6 +253,57 @@ def test_a_killed_tunnel_connection_reconnects_and_requests_work_again(life):
     assert tunnel(project)["pid"] == record["pid"]  # the same process: the browser's port never closed
 
 
+def test_ssh_logs_and_open_reach_the_vm_with_the_pinned_key(life, tmp_path):
+    project, ours = life
+    shell = gpu_rent(project, "ssh", "--", "cat", "/etc/hostname")
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.strip() == ours.name  # the VM's hostname is its server name
+    journal = gpu_rent(project, "logs", "-n", "50")
+    assert journal.returncode == 0, journal.stderr
+    assert "gpu-rent-idle-killer" in journal.stdout and "POST /API/" in journal.stdout  # both units
+    killer_only = gpu_rent(project, "logs", "--unit", "killer", "-n", "20")
+    assert "POST /API/" not in killer_only.stdout and "keep: " in killer_only.stdout
+    opened = tmp_path / "opened"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    browser.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    done = subprocess.run([str(BIN / "gpu-rent"), "open"], cwd=project, env={**env, "BROWSER": str(browser)},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    wait_until("the browser to be started", opened.exists, 10)
+    assert opened.read_text().strip() == tunnel(project)["url"]
+
+
+def test_push_sends_the_project_folders_once_and_pull_output_brings_new_outputs(life):
+    project, _ = life
+    address = state(project)["resources"]["floating_ip_address"]
+    lora = project / "Models" / "Lora" / "стиль ✓.safetensors"
+    lora.parent.mkdir(parents=True)
+    lora.write_bytes(os.urandom(5 * 1024 * 1024 + 7))  # big enough to stream, as a model does
+    (project / "Wildcards").mkdir()
+    (project / "Wildcards" / "colors.txt").write_text("red\ngreen\n")
+    first = gpu_rent(project, "push")
+    assert first.returncode == 0, first.stderr
+    assert "pushed: 2 files" in first.stdout and "workflows: no such folder here, skipped" in first.stderr
+    on_vm = ssh(
+        address, "sha256sum '/opt/swarmui/Models/Lora/стиль ✓.safetensors' /mnt/swarm_data/Data/Wildcards/colors.txt"
+    )
+    assert on_vm.stdout.split()[0] == hashlib.sha256(lora.read_bytes()).hexdigest()
+    assert "colors.txt" in on_vm.stdout
+    again = gpu_rent(project, "push")
+    assert again.returncode == 0 and "pushed: 0 files (0.0 MB), 2 unchanged" in again.stdout
+    day = "/mnt/swarm_data/Output/local/raw/2026-11-30"
+    made = f"mkdir -p {day} && head -c 300000 /dev/urandom > '{day}/0001-a cat.png' && sha256sum {day}/*"
+    digest = ssh(address, made).stdout.split()[0]
+    pulled = gpu_rent(project, "pull-output")
+    assert pulled.returncode == 0, pulled.stderr
+    image = project / "Output" / "local" / "raw" / "2026-11-30" / "0001-a cat.png"
+    assert hashlib.sha256(image.read_bytes()).hexdigest() == digest
+    assert "pulled" in pulled.stdout and "1 file" in pulled.stdout
+    assert "0 files" in gpu_rent(project, "pull-output").stdout
+
+
 def test_a_second_up_changes_nothing_in_the_cloud(life):
     project, ours = life
     before = ours.everything()
@@ -346,8 +399,12 @@ def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
     volumes = {v.name: v.id for v in ours.volumes().values()}
     rented = ours.ids()
     pid = tunnel(project)["pid"]
+    address = state(project)["resources"]["floating_ip_address"]
+    ssh(address, "echo last > /mnt/swarm_data/Output/local/raw/2026-11-30/0002-last.png")
     result = gpu_rent(project, "stop")
     assert result.returncode == 0, result.stderr
+    # PULL_OUTPUT: the newest output came home before the VM went
+    assert (project / "Output" / "local" / "raw" / "2026-11-30" / "0002-last.png").read_text() == "last\n"
     assert gone(pid) and f"tunnel closed (pid {pid})" in result.stderr  # closed before the server went
     assert ours.servers() == [] and ours.floating_ips() == []
     after = ours.volumes()
@@ -437,6 +494,26 @@ def test_a_server_in_error_ends_the_watchdog_with_the_reason_and_nothing_is_rent
         assert state(project)["phase"] == "ready_cloud"
     finally:
         admin_conn.compute.reset_server_state(server, "active")
+
+
+def test_ctrl_c_closes_a_foreground_tunnel_and_the_vm_keeps_running(life):
+    project, ours = life
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    foreground = subprocess.Popen(
+        [str(BIN / "gpu-rent"), "tunnel", "--watch-seconds", "2"], cwd=project, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until("the tunnel to forward", lambda: tunnel(project)["state"] == "forwarding", 60)
+        assert through_tunnel(project)["session_id"] and state(project)["phase"] == "ready_tunneled"
+        foreground.send_signal(signal.SIGINT)
+        _, stderr = foreground.communicate(timeout=30)
+    finally:
+        if foreground.poll() is None:
+            foreground.kill()
+    assert foreground.returncode == 0, stderr
+    assert "closed by the user; the VM keeps running" in stderr
+    assert ours.servers()[0].status == "ACTIVE" and state(project)["phase"] == "ready_cloud"
 
 
 def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_reconciles(life):

@@ -59,6 +59,16 @@ def test_ctrl_c_during_up_cancels_the_playbook_and_up_resumes(tmp_path, member_c
         assert s["phase"] == "ready_tunneled"  # the resumed up went all the way, its tunnel open
         assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == volumes
         assert len(ours.servers()) == 1 and len(ours.volumes()) == 2
+
+        # --stop-on-exit: the tunnel process killed outright → its sentinel stops the VM; volumes stay
+        assert gpu_rent(project, "tunnel", "--close").returncode == 0
+        opened = gpu_rent(project, "tunnel", "--background", "--stop-on-exit")
+        assert opened.returncode == 0, opened.stderr
+        record = json.loads((project / ".gpu-rent/tunnel.json").read_text())
+        os.kill(record["pid"], signal.SIGKILL)
+        wait_until("the sentinel to stop the VM", lambda: not ours.servers() and not ours.floating_ips(), 180, 1)
+        assert len(ours.volumes()) == 2 and state(project)["phase"] == "idle"
+        assert "ended uncleanly" in (project / ".gpu-rent/logs/sentinel.log").read_text()
     finally:
         if up.poll() is None:
             up.kill()

@@ -177,3 +177,34 @@ def test_logs_refuses_an_unknown_unit(project):
 def test_closing_a_tunnel_when_none_runs_says_so(project):
     result = runner.invoke(app, ["tunnel", "--close", "--project", str(project)])
     assert result.exit_code == 0 and "no tunnel runs" in result.output
+
+
+def _ended_process() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_sentinel_leaves_the_vm_alone_after_a_clean_close(project):
+    from gpu_rent import config, watchdog
+
+    settings = config.load(project)
+    pid = _ended_process()
+    (project / ".gpu-rent").mkdir()
+    (project / ".gpu-rent" / "tunnel.json").write_text(f'{{"pid": {pid}, "state": "closed", "message": "Ctrl+C"}}')
+    said = []
+    assert watchdog.sentinel(settings, pid, said.append, tick=0.05) == 0
+    assert said == [f"the tunnel process {pid} ended cleanly (Ctrl+C); the VM keeps running"]
+
+
+def test_the_sentinel_stops_the_vm_after_an_unclean_end_and_says_when_it_cannot(project):
+    from gpu_rent import config, watchdog
+
+    settings = config.load(project)
+    pid = _ended_process()
+    (project / ".gpu-rent").mkdir()
+    (project / ".gpu-rent" / "tunnel.json").write_text(f'{{"pid": {pid}, "state": "forwarding"}}')
+    said = []
+    assert watchdog.sentinel(settings, pid, said.append, tick=0.05) == 1  # the test cloud never answers
+    assert said[0] == f"the tunnel process {pid} ended uncleanly (its record says 'forwarding'): stopping the VM"
+    assert said[-1].startswith("could not stop the VM: cannot reach the cloud") and "gpu-rent stop" in said[-1]

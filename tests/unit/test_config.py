@@ -102,6 +102,12 @@ BAD = [
     ("negative price", V + "PRICE_PER_HOUR=-1\n", CLOUD_ENV, "gpu-rent.vars:4", "PRICE_PER_HOUR", "out of range"),
     ("price not a number", V + "PRICE_PER_HOUR=cheap\n", CLOUD_ENV, "gpu-rent.vars:4", "PRICE_PER_HOUR",
      "not a number"),
+    ("push pair without =", V + "PUSH_FOLDERS=Models\n", CLOUD_ENV, "gpu-rent.vars:4", "PUSH_FOLDERS",
+     "'Models', not LOCAL=REMOTE"),
+    ("push outside the data volume", V + "PUSH_FOLDERS=Models=../etc\n", CLOUD_ENV, "gpu-rent.vars:4",
+     "PUSH_FOLDERS", "REMOTE is a folder on the data volume"),
+    ("push to an absolute path", V + "PUSH_FOLDERS=Models=/root\n", CLOUD_ENV, "gpu-rent.vars:4", "PUSH_FOLDERS",
+     "REMOTE is a folder on the data volume"),
     ("bad ssh user", V + "SSH_USER=Root\n", CLOUD_ENV, "gpu-rent.vars:4", "SSH_USER", "user name"),
     ("bad name", V + "NAME=Gpu_Rent\n", CLOUD_ENV, "gpu-rent.vars:4", "NAME=Gpu_Rent", "is not a valid name"),
     ("name too long", V + "NAME=a" + "b" * 31 + "\n", CLOUD_ENV, "gpu-rent.vars:4", "NAME", "is not a valid name"),
@@ -468,3 +474,13 @@ def test_ssh_public_key_read(tmp_path: Path) -> None:
     Path(f"{s.ssh_key}.pub").write_text("ssh-ed25519 AAAAC3Nz me@laptop\n")
     assert s.ssh_public_key() == "ssh-ed25519 AAAAC3Nz me@laptop"
     assert s.ansible_vars()["gpu_rent_ssh_public_key"] == "ssh-ed25519 AAAAC3Nz me@laptop"
+
+
+def test_push_folders_default_and_a_custom_list(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert load(make_project(tmp_path / "a", V)).push_folders == (
+        ("Models", "Models"), ("Wildcards", "Data/Wildcards"), ("workflows", "CustomWorkflows"),
+    )  # fmt: skip
+    custom = load(make_project(tmp_path / "b", V + "PUSH_FOLDERS=my loras = Models/Lora/ , wc=./Data/Wildcards\n"))
+    assert custom.push_folders == (("my loras", "Models/Lora"), ("wc", "Data/Wildcards"))
