@@ -42,10 +42,12 @@ check: lint
 
 test: setup ground-up check
 
-# The main job on the test ground, as far as it is built: rent, look, stop.
+# The main job on the test ground: rent, reach SwarmUI through the tunnel, look, stop.
 demo: setup ground-up
 	cd .ground/project && ../../$(BIN)/gpu-rent doctor
 	cd .ground/project && ../../$(BIN)/gpu-rent up --yes
+	@echo "SwarmUI (the ground's stand-in) through the tunnel at http://127.0.0.1:17801:"
+	curl -sS --max-time 10 -X POST -d '{}' http://127.0.0.1:17801/API/GetNewSession; echo
 	cd .ground/project && ../../$(BIN)/gpu-rent status
 	cd .ground/project && ../../$(BIN)/gpu-rent stop
 	cd .ground/project && ../../$(BIN)/gpu-rent status

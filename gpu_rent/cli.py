@@ -215,6 +215,7 @@ def stop(
     With PULL_OUTPUT (the default) new outputs are copied to ./Output first, when the VM answers.
     """
     settings = _settings(project)
+    _wait_for_the_lock(settings, "stop")
     if settings.pull_output and not no_pull:
         _pull_before_stop(settings)
     closed = watchdog.close_background(settings)  # this project's tunnel first: its watchdog must not act
@@ -226,6 +227,15 @@ def stop(
         raise _fail(e) from None
     kept = ", ".join(f"{k} {v}" for k, v in state.resources.items() if k in ("boot_volume", "data_volume"))
     console.print(f"[green]stopped[/]: no server is billing; kept {kept or 'no volumes'}")
+
+
+def _wait_for_the_lock(settings: config.Settings, command: str) -> None:
+    """Refuse at once, touching nothing (not even the tunnel), when another command holds the project."""
+    try:
+        with StateStore(settings.project_dir).lock(command):
+            pass
+    except HANDLED as e:
+        raise _fail(e) from None
 
 
 def _pull_before_stop(settings: config.Settings) -> None:
@@ -341,6 +351,7 @@ def destroy(
         bool,
         typer.Option("--i-understand-data-loss", help="Required: the volumes (models, outputs, settings) are deleted."),
     ] = False,
+    no_pull: Annotated[bool, typer.Option("--no-pull", help="Do not copy new outputs to ./Output first.")] = False,
 ) -> None:
     """Delete everything: the VM, the floating IP, both volumes, the network. Only with --i-understand-data-loss."""
     settings = _settings(project)
@@ -349,6 +360,9 @@ def destroy(
             "destroy deletes the boot and data volumes (every model, output and setting): pass --i-understand-data-loss"
         )
         raise typer.Exit(ExitCode.BAD_INPUT)
+    _wait_for_the_lock(settings, "destroy")
+    if settings.pull_output and not no_pull:
+        _pull_before_stop(settings)  # the data volume goes: the outputs not yet home would go with it
     watchdog.close_background(settings)
     try:
         _rental(settings).destroy()
@@ -406,12 +420,17 @@ def tunnel_command(
     if running is not None:
         note(f"a tunnel already runs: {running['url']} (pid {running['pid']}); `gpu-rent tunnel --close` closes it")
         return
+    _run_session(settings, watch_seconds, forward=True, stop_on_exit=stop_on_exit)
+
+
+def _run_session(settings: config.Settings, watch_seconds: float, forward: bool, stop_on_exit: bool = False) -> None:
+    """The tunnel and/or watchdog in the foreground until Ctrl+C or its end; exits with its code."""
     try:
-        code = watchdog.run_foreground(settings, _say, watch_seconds, stop_on_exit=stop_on_exit)
-    except (watchdog.SessionEnded, *HANDLED) as e:
-        if isinstance(e, watchdog.SessionEnded):
-            error(str(e))
-            raise typer.Exit(e.code) from None
+        code = watchdog.run_foreground(settings, _say, watch_seconds, forward=forward, stop_on_exit=stop_on_exit)
+    except watchdog.SessionEnded as e:
+        error(str(e))
+        raise typer.Exit(e.code) from None
+    except HANDLED as e:
         raise _fail(e) from None
     raise typer.Exit(code)
 
@@ -419,15 +438,7 @@ def tunnel_command(
 @app.command("watchdog")
 def watchdog_command(project: ProjectOption = Path("."), watch_seconds: WatchOption = watchdog.WATCH_SECONDS) -> None:
     """Watch the server without a tunnel: bring back a preempted VM, say why when it cannot. Ctrl+C ends it."""
-    settings = _settings(project)
-    try:
-        code = watchdog.run_foreground(settings, _say, watch_seconds, forward=False)
-    except (watchdog.SessionEnded, *HANDLED) as e:
-        if isinstance(e, watchdog.SessionEnded):
-            error(str(e))
-            raise typer.Exit(e.code) from None
-        raise _fail(e) from None
-    raise typer.Exit(code)
+    _run_session(_settings(project), watch_seconds, forward=False)
 
 
 @app.command("sentinel", hidden=True)
@@ -486,6 +497,8 @@ def pull_output(project: ProjectOption = Path("."), checksum: ChecksumOption = F
     except (vm_ssh.SshError, sync.SyncError) as e:
         error(str(e))
         raise typer.Exit(ExitCode.FAILED) from None
+    except HANDLED as e:
+        raise _fail(e) from None
     if result.missing:
         note("the VM has no Output folder yet: nothing generated")
     console.print(f"[green]pulled[/] to {files.output_dir(settings)}: {files.summary(result)}")
@@ -519,7 +532,7 @@ def ssh_command(ctx: typer.Context, project: ProjectOption = Path(".")) -> None:
             raise typer.Exit(ExitCode.FAILED) from None
     command = [
         "ssh", "-i", str(target.key), "-p", str(target.port), "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={target.known_hosts}", "-o", f"HostKeyAlias={target.alias}",
+        "-o", f'UserKnownHostsFile="{target.known_hosts}"', "-o", f"HostKeyAlias={target.alias}",
         "-o", "LogLevel=ERROR", f"{target.user}@{target.address}", *ctx.args,
     ]  # fmt: skip
     raise typer.Exit(subprocess.call(command))
@@ -546,6 +559,9 @@ def logs(
         code = asyncio.run(_stream(target, command))
     except vm_ssh.SshError as e:
         error(str(e))
+        raise typer.Exit(ExitCode.FAILED) from None
+    except (asyncssh.Error, OSError) as e:  # the VM went (the idle-killer, a stop) while following
+        error(f"the connection to the VM ended: {' '.join(str(e).split()) or type(e).__name__}")
         raise typer.Exit(ExitCode.FAILED) from None
     raise typer.Exit(code)
 

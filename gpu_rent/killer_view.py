@@ -33,7 +33,7 @@ def read(address: str, user: str, key: Path, known_hosts: Path, host_alias: str,
     """The killer's status file from the VM, or None when SSH or the file is not there."""
     command = [
         "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=yes",
-        "-o", f"UserKnownHostsFile={known_hosts}", "-o", f"HostKeyAlias={host_alias}",
+        "-o", f'UserKnownHostsFile="{known_hosts}"', "-o", f"HostKeyAlias={host_alias}",
         "-o", "LogLevel=ERROR", "-i", str(key), f"{user}@{address}", f"cat {STATUS_FILE}",
     ]  # fmt: skip
     try:

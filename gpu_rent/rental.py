@@ -8,6 +8,7 @@ next command cannot name.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,8 +127,11 @@ def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
 
 
 class Rental:
-    def __init__(self, settings: Settings, say: Callable[[str], None], progress: Callable):
+    def __init__(
+        self, settings: Settings, say: Callable[[str], None], progress: Callable, cancel: threading.Event | None = None
+    ):
         self.settings = settings
+        self.cancel = cancel  # set from another thread (the watchdog closing) to cancel a running playbook
         self.store = StateStore(settings.project_dir)
         self.say = say
         self.progress = progress  # context manager factory: title -> callback(Progress)
@@ -170,6 +174,7 @@ class Rental:
                 extravars=extravars,
                 on_progress=show,
                 on_stats=record,
+                cancel_event=self.cancel,
             )
         state.end_operation()
         self.store.save(state)

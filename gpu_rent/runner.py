@@ -101,8 +101,8 @@ def failure_message(res: dict) -> str:
 class _Cancel:
     """Ctrl+C: SIGTERM to the playbook's process group, SIGKILL (by the runner) after the grace."""
 
-    def __init__(self) -> None:
-        self.requested = threading.Event()
+    def __init__(self, requested: threading.Event | None = None) -> None:
+        self.requested = requested or threading.Event()
         self.since: float | None = None
 
     def __call__(self) -> bool:
@@ -136,7 +136,7 @@ def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
     path = runtime / "runner" / f"auth-{os.getpid()}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     for old in path.parent.glob("auth-*.json"):  # left by a run that was killed
-        if not _alive(int(old.stem.removeprefix("auth-") or 0)):
+        if not pid_alive(int(old.stem.removeprefix("auth-") or 0)):
             old.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -147,7 +147,8 @@ def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
         path.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (POSIX; one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -174,14 +175,16 @@ def run_playbook(
     extravars: dict | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     on_stats: Callable[[dict], None] | None = None,
+    cancel_event: threading.Event | None = None,
 ) -> PlaybookResult:
+    """Run playbooks/NAME.yml for the project; Ctrl+C (main thread) or `cancel_event` cancels it."""
     runtime = project_dir / ".gpu-rent"
     (runtime / "logs").mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = runtime / "logs" / f"{stamp}-{name}.log"
     result = PlaybookResult(ok=False, log=log_path)
     failures: list[Failure] = []
-    cancel = _Cancel()
+    cancel = _Cancel(cancel_event)
     current = {"task": "starting", "started": time.monotonic()}
 
     def handle(event: dict) -> bool:

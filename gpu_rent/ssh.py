@@ -101,7 +101,7 @@ async def connect(target: Target, timeout: float = 15) -> asyncssh.SSHClientConn
     options = {
         "username": target.user,
         "port": target.port,
-        "client_keys": [str(target.key)] if target.key.is_file() else None,  # None: the agent's keys
+        "client_keys": _client_keys(target.key),
         "known_hosts": (trusted, [], []) if trusted else None,
         "connect_timeout": timeout,
         "keepalive_interval": KEEPALIVE_SECONDS,
@@ -135,6 +135,24 @@ async def make_interactive(conn: asyncssh.SSHClientConnection) -> bool:
     except (asyncssh.Error, OSError):
         return False
     return True
+
+
+def _client_keys(key: Path) -> list | None:
+    """The project's key; None (the SSH agent's keys) when there is no file or it needs a passphrase."""
+    if not key.is_file():
+        return None
+    try:
+        return [asyncssh.read_private_key(str(key))]
+    except asyncssh.KeyImportError as e:
+        if "passphrase" not in str(e).lower():
+            raise SshError(f"GPU_RENT_SSH_KEY={key}: not a private key this program can read ({e})") from None
+        if not os.environ.get("SSH_AUTH_SOCK") and os.name != "nt":
+            raise SshError(
+                f"GPU_RENT_SSH_KEY={key} needs a passphrase: add it to your SSH agent (ssh-add {key})"
+            ) from None
+        return None
+    except OSError as e:
+        raise SshError(f"GPU_RENT_SSH_KEY={key}: cannot read it ({e.strerror})") from None
 
 
 def nodelay(sock) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 
@@ -139,7 +139,14 @@ class Tunnel:
         """Bind the local port (PortBusy when taken); 127.0.0.1 only, never every interface."""
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(lambda: _Local(self), "127.0.0.1", self.local_port, backlog=256)
+            self._server = await loop.create_server(
+                lambda: _Local(self),
+                "127.0.0.1",
+                self.local_port,
+                backlog=256,
+                # Linux's SO_REUSEADDR only skips TIME_WAIT; BSD's (macOS) would share a port in use
+                reuse_address=sys.platform.startswith("linux"),
+            )
         except OSError as e:
             if e.errno in (errno.EADDRINUSE, errno.EACCES) or isinstance(e, PermissionError):
                 raise PortBusy(
@@ -203,14 +210,3 @@ class Tunnel:
             self._conn.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._conn.wait_closed(), 3)
-
-
-def port_free(port: int) -> bool:
-    """Whether 127.0.0.1:port can be bound now (a hint before starting a background tunnel)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

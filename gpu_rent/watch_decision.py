@@ -26,7 +26,8 @@ class Verdict:
     why: str
 
 
-RECOVERABLE = {"SHELVED", "SHELVED_OFFLOADED", "SHUTOFF", "STOPPED", "EXPIRED", "SUSPENDED", "PAUSED"}
+# What roles/server/tasks/existing.yml brings back (EXPIRED: Selectel's preemptible end, by its vm_state).
+RECOVERABLE = {"SHELVED", "SHELVED_OFFLOADED", "SHUTOFF", "EXPIRED", "SUSPENDED", "PAUSED"}
 UNDERWAY = {"BUILD", "REBOOT", "HARD_REBOOT", "MIGRATING", "RESIZE", "VERIFY_RESIZE", "REVERT_RESIZE", "PASSWORD"}
 DELETING = {"DELETED", "SOFT_DELETED"}
 

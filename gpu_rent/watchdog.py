@@ -17,18 +17,28 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpu_rent import ssh
+import openstack.exceptions
+from keystoneauth1 import exceptions as ksa_exceptions
+
+from gpu_rent import runner, ssh
 from gpu_rent.config import ConfigError, Settings, resource_names
+from gpu_rent.notify import notify
 from gpu_rent.rental import CloudUnreachable, OperationFailed, Rental, connect, load_state
 from gpu_rent.state import Phase, StateError, StateLocked, StateStore
 from gpu_rent.tunnel import PortBusy, Tunnel
 from gpu_rent.watch_decision import Act, judge, may_recover, token_due
 
+# what the cloud or keystoneauth raise after a login: a hiccup to look past, not the VM's fault
+CLOUD_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
 RECORD_FILE = "tunnel.json"
+# Held (flock) by the tunnel process for its whole life: the kernel drops it however the process ends,
+# so a record whose pid was reused by another program is never taken for a live tunnel.
+ALIVE_FILE = "tunnel.alive"
 LOG_FILE = "logs/tunnel.log"
 SENTINEL_LOG = "logs/sentinel.log"
 # How often the --stop-on-exit sentinel looks whether the tunnel process still lives.
@@ -41,9 +51,10 @@ START_TIMEOUT = 60.0
 class SessionEnded(Exception):
     """The session ends; `code` is the exit code, the message says why."""
 
-    def __init__(self, message: str, code: int):
+    def __init__(self, message: str, code: int, gone: bool = False):
         super().__init__(message)
         self.code = code
+        self.gone = gone  # the server no longer exists
 
 
 # ---------------------------------------------------------------------------------------------- the record
@@ -61,17 +72,46 @@ def pid_alive(pid: int) -> bool:
 
         handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
         code = ctypes.c_ulong()
-        alive = bool(handle) and ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code)) and code == 259
+        still_active = 259
+        got = bool(handle) and ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        alive = got and code.value == still_active
         if handle:
             ctypes.windll.kernel32.CloseHandle(handle)
         return bool(alive)
+    return runner.pid_alive(pid)
+
+
+def _hold_alive(settings: Settings):
+    """Take the tunnel's life lock (an open file the caller keeps); None when another process holds it."""
+    path = settings.runtime_dir / ALIVE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - kept open for the life of the process
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        _lock(handle)
+    except OSError:
+        handle.close()
+        return None
+    return handle
+
+
+def _lock(handle) -> None:
+    if os.name == "nt":
+        import msvcrt
+
+        msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def tunnel_alive(settings: Settings) -> bool:
+    """Whether a tunnel process of this project holds its life lock now."""
+    handle = _hold_alive(settings)
+    if handle is None:
         return True
-    return True
+    handle.close()  # closing releases it
+    return False
 
 
 def read_record(settings: Settings) -> dict | None:
@@ -80,7 +120,7 @@ def read_record(settings: Settings) -> dict | None:
         record = json.loads(record_path(settings).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or record.get("state") == "closed" or not pid_alive(int(record.get("pid", 0))):
+    if not isinstance(record, dict) or record.get("state") == "closed" or not tunnel_alive(settings):
         return None
     return record
 
@@ -143,6 +183,8 @@ class Session:
         self.server_id: str | None = None
         self._last_verdict = ""
         self._cloud = None
+        self._alive = None  # the life lock's open file, held until the process ends
+        self.cancel = threading.Event()  # set when the session ends: cancels a recovery's playbook
 
     def log(self, message: str) -> None:
         self._log(message)
@@ -162,7 +204,10 @@ class Session:
     def _on_up(self) -> None:
         self._update(state="forwarding", message=f"{self.record['url']} → VM 127.0.0.1:{self.settings.remote_port}")
         self.log(f"forwarding {self.record['url']} → the VM's 127.0.0.1:{self.settings.remote_port}")
-        self._phase(Phase.READY_TUNNELED, {Phase.READY_CLOUD}, "the tunnel forwards")
+        # the state file's lock may be held by another command: never on the loop that forwards
+        asyncio.get_running_loop().run_in_executor(
+            None, self._phase, Phase.READY_TUNNELED, {Phase.READY_CLOUD}, "the tunnel forwards"
+        )
 
     def _target(self) -> ssh.Target:
         state = load_state(self.store, self.log)
@@ -175,6 +220,10 @@ class Session:
 
     async def run(self) -> int:
         self.target = self._target()
+        if self.forward:
+            self._alive = _hold_alive(self.settings)
+            if self._alive is None:
+                raise SessionEnded("a tunnel of this project already runs (gpu-rent tunnel --close closes it)", 3)
         self.tunnel = Tunnel(
             lambda: ssh.connect(self.target), self.settings.local_port, self.settings.remote_port, log=self.log
         )
@@ -191,9 +240,13 @@ class Session:
                      f"{self.record['sentinel_pid']})")  # fmt: skip
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP: the terminal of a foreground tunnel closed; a clean end all the same
+        for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is None:
+                continue
             with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows: Ctrl+C arrives as an exception
                 loop.add_signal_handler(sig, stopping.set)
+        self.stopping = stopping
         tasks = {asyncio.create_task(self._watch(), name="watchdog"), asyncio.create_task(stopping.wait(), name="stop")}
         if self.forward:
             tasks.add(asyncio.create_task(self.tunnel.run(on_up=self._on_up), name="tunnel"))
@@ -208,19 +261,26 @@ class Session:
             except ssh.HostKeyChanged as e:
                 return self._end(str(e), 1)
             except SessionEnded as e:
-                return self._end(str(e), e.code)
+                return self._end(str(e), e.code, gone=e.gone)
             return self._end("ended", 0)
+        except asyncio.CancelledError:  # Ctrl+C on Windows, through asyncio.run
+            return self._end("closed by the user; the VM keeps running (gpu-rent stop stops it)", 0)
         finally:
+            self.cancel.set()  # a recovery's playbook in its thread: SIGTERM to its processes, then SIGKILL
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.tunnel.close()
 
-    def _end(self, message: str, code: int) -> int:
+    def _end(self, message: str, code: int, gone: bool = False) -> int:
         self._update(state="closed", message=message, exit_code=code)
         self.log(message)
-        if self.forward:
+        if gone:  # deleted by the idle-killer or a stop elsewhere: nothing runs, nothing to tunnel to
+            self._phase(Phase.IDLE, set(Phase) - {Phase.IDLE}, "the watchdog saw the server gone")
+        elif self.forward:
             self._phase(Phase.READY_CLOUD, {Phase.READY_TUNNELED}, "the tunnel closed")
+        if code != 0 or gone:
+            notify("gpu-rent: the tunnel closed", message[:200])
         return code
 
     # ------------------------------------------------------------------------------------------ watchdog
@@ -271,7 +331,7 @@ class Session:
                 self.log(f"watchdog: {verdict.why}")
             self._last_verdict = verdict.why
             if verdict.act is Act.GONE:
-                raise SessionEnded(f"{verdict.why}: the tunnel closes; gpu-rent up rents it again", 0)
+                raise SessionEnded(f"{verdict.why}: the tunnel closes; gpu-rent up rents it again", 0, gone=True)
             if verdict.act is Act.FATAL:
                 raise SessionEnded(verdict.why, 1)
             if verdict.act is Act.RECOVER:
@@ -282,22 +342,26 @@ class Session:
         if not may_recover(self.record["recoveries"], now):
             raise SessionEnded(f"{why}; brought back {len(self.record['recoveries'])} times within the hour: "
                                "giving up (the pool has no room); `gpu-rent up` tries again", 1)  # fmt: skip
+        self.record["recoveries"] = [*self.record["recoveries"], now]  # attempts count, not only successes
         self.tunnel.paused = True
         self.tunnel.drop()
         self._update(state="recovering", message=why)
-        rental = Rental(self.settings, say=self.log, progress=_logged(self.log))
+        rental = Rental(self.settings, say=self.log, progress=_logged(self.log), cancel=self.cancel)
         extra = {"gpu_rent_reuse_only": True, "bootstrap_light": True}
         try:
             await asyncio.to_thread(rental.up, lambda items: False, extra)
-        except StateLocked as e:
-            self.log(f"watchdog: {e}; trying again at the next look")
+        except (StateLocked, CloudUnreachable, *CLOUD_ERRORS) as e:
+            # another command acts (it may be the user's own up), or the cloud hiccups: look again
+            self.log(f"watchdog: {e}; looking again at the next tick")
+            self._update(state="connecting", message=f"SSH to {self.target.address}")
             return
-        except (OperationFailed, CloudUnreachable, ConfigError, StateError, OSError) as e:
+        except (OperationFailed, ConfigError, StateError, OSError) as e:
             raise SessionEnded(f"could not bring the VM back: {e}", 1) from None
-        self.record["recoveries"] = [*self.record["recoveries"], now]
+        finally:
+            self.tunnel.paused = False
         self.target = self._target()
         self.log("the VM is back with the same disks; reopening the tunnel")
-        self.tunnel.paused = False
+        notify("gpu-rent: SwarmUI is back", f"after: {why.split(' (')[0]}; {self.record['url']}")
 
 
 def run_foreground(
@@ -366,13 +430,13 @@ def close_background(settings: Settings, timeout: float = 5.0) -> dict | None:
     if record is None:
         return None
     pid = int(record["pid"])
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(OSError):  # gone meanwhile, or (never ours) not ours to signal
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
+    while tunnel_alive(settings) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if pid_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
+    if tunnel_alive(settings):
+        with contextlib.suppress(OSError):
             os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
     return record
 
@@ -387,7 +451,7 @@ def sentinel(settings: Settings, pid: int, say: Callable[[str], None], tick: flo
     record first; a kill -9, a crash or an out-of-memory kill leave it as it was, and then nobody
     would be watching a billing VM but its idle-killer.
     """
-    while pid_alive(pid):
+    while pid_alive(pid) and tunnel_alive(settings):  # the life lock also covers a reused pid
         time.sleep(tick)
     try:
         record = json.loads(record_path(settings).read_text(encoding="utf-8"))

@@ -143,7 +143,7 @@ NOTHING = {
 @pytest.fixture(scope="module")
 def life(tmp_path_factory, member_conn):
     name = f"t{uuid.uuid4().hex[:6]}"
-    project = make_project(tmp_path_factory.mktemp("rental"), name)
+    project = make_project(tmp_path_factory.mktemp("my rental"), name)  # a blank in the path, as on Windows
     # gpu.a100.1 has no valid host, gpu.h100.8 is over the project's core quota: l4 is the third choice
     settings = (project / "gpu-rent.vars").read_text()
     chain = "FLAVOR_FALLBACK=gpu.h100.8,gpu.l4.1,gpu.a10.1\n"
@@ -245,10 +245,11 @@ def test_a_killed_tunnel_connection_reconnects_and_requests_work_again(life):
     project, _ = life
     record = tunnel(project)
     address = state(project)["resources"]["floating_ip_address"]
+    log = project / ".gpu-rent" / "logs" / "tunnel.log"
+    before = log.read_text().count("SSH connected again")
     # the tunnel's connection holds a terminal (sshd: root@pts/N); this test's own ssh holds none
     assert ssh(address, "pkill -KILL -f 'sshd: root@[p]ts'").returncode == 0
-    log = project / ".gpu-rent" / "logs" / "tunnel.log"
-    wait_until("the tunnel to reconnect", lambda: "SSH connected again" in log.read_text(), 60)
+    wait_until("the tunnel to reconnect", lambda: log.read_text().count("SSH connected again") > before, 60)
     assert through_tunnel(project)["session_id"]
     assert tunnel(project)["pid"] == record["pid"]  # the same process: the browser's port never closed
 
@@ -504,7 +505,13 @@ def test_ctrl_c_closes_a_foreground_tunnel_and_the_vm_keeps_running(life):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        wait_until("the tunnel to forward", lambda: tunnel(project)["state"] == "forwarding", 60)
+        record = project / ".gpu-rent" / "tunnel.json"  # the ended tunnel's record until this one writes its own
+        wait_until(
+            "the tunnel to forward",
+            lambda: json.loads(record.read_text()) == {**json.loads(record.read_text()), "pid": foreground.pid,
+                                                        "state": "forwarding"},
+            60,
+        )  # fmt: skip
         assert through_tunnel(project)["session_id"] and state(project)["phase"] == "ready_tunneled"
         foreground.send_signal(signal.SIGINT)
         _, stderr = foreground.communicate(timeout=30)

@@ -66,8 +66,8 @@ def test_ctrl_c_during_up_cancels_the_playbook_and_up_resumes(tmp_path, member_c
         assert opened.returncode == 0, opened.stderr
         record = json.loads((project / ".gpu-rent/tunnel.json").read_text())
         os.kill(record["pid"], signal.SIGKILL)
-        wait_until("the sentinel to stop the VM", lambda: not ours.servers() and not ours.floating_ips(), 180, 1)
-        assert len(ours.volumes()) == 2 and state(project)["phase"] == "idle"
+        wait_until("the sentinel's stop to end", lambda: state(project)["phase"] == "idle", 180, 1)
+        assert not ours.servers() and not ours.floating_ips() and len(ours.volumes()) == 2
         assert "ended uncleanly" in (project / ".gpu-rent/logs/sentinel.log").read_text()
     finally:
         if up.poll() is None:

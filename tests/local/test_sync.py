@@ -16,7 +16,6 @@ import pytest
 
 from gpu_rent import sync
 from gpu_rent.ssh import Target, connect
-from tests.loopback_sshd import Sshd, missing
 
 MiB = 1024 * 1024
 T0 = 1_700_000_000  # an mtime in whole seconds
@@ -31,17 +30,6 @@ NAMES = [
     "x" * 230 + ".txt",  # its partial's name would be longer than 255 bytes
     "nested/big one.bin",  # >= sync.BIG: goes through an exec stream
 ]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    reason = missing()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with Sshd(tmp_path_factory.mktemp("sshd")) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)

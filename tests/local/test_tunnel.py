@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import threading
@@ -21,20 +20,9 @@ from websockets.sync.client import connect as ws_connect
 
 from gpu_rent import ssh
 from gpu_rent.tunnel import PortBusy, Tunnel
-from tests.loopback_sshd import Sshd, free_port, keygen, missing
+from tests.loopback_sshd import Sshd, free_port, keygen
 from tests.unit.test_swarmui_standin import start as start_standin
 from tests.unit.test_swarmui_standin import stop as stop_standin
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    reason = missing()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with Sshd(tmp_path_factory.mktemp("sshd")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
