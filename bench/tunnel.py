@@ -4,7 +4,7 @@ Usage (as root, from the repository root; needs openssh-server):
     .venv/bin/python bench/tunnel.py [MEGABYTES]     # default 200
 
 Starts sshd and an HTTP/1.1 server on 127.0.0.1, then measures, directly and through each tunnel:
-throughput of a MEGABYTES download (median of 3), and p50/p95 latency of 200 small requests on one keep-alive
+throughput of a MEGABYTES download (median of 5), and p50/p95 latency of 200 small requests on one keep-alive
 connection (as a browser holds it). Goals: throughput >= 0.8x and p50 <= 2x of `ssh -L`.
 """
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.loopback_sshd import Sshd, free_port, missing
 
 REQUESTS = 200
-DOWNLOADS = 3
+DOWNLOADS = 5
 HTTP_SERVER = textwrap.dedent(
     """
     import http.server, sys
@@ -96,7 +96,7 @@ def measure(port: int, big: str) -> tuple[float, float, float]:
             request(s, "small", buf)
             times.append((time.perf_counter() - started) * 1000)
     speeds = []
-    for _ in range(DOWNLOADS):  # 2 cores carry client, tunnel, sshd and server: the median of a few
+    for _ in range(DOWNLOADS):  # 2 cores carry client, tunnel, sshd and server: the median of several
         with socket.create_connection(("127.0.0.1", port)) as s:
             started = time.perf_counter()
             size = request(s, big, buf)

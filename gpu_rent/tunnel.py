@@ -22,6 +22,7 @@ from gpu_rent.ssh import HostKeyChanged, SshError, make_interactive, nodelay
 # Per-channel flow control: a window this large keeps a 200 MB download streaming on a fast link.
 WINDOW = 8 * 1024 * 1024
 PACKET = 256 * 1024
+BUFFER = 4 * 1024 * 1024  # bytes queued towards the browser before the SSH channel is paused
 # A connection that arrives while SSH is down waits this long for it before it is closed.
 WAIT_FOR_SSH = 30.0
 BACKOFF = (1, 2, 4, 8, 15, 30)
@@ -66,6 +67,8 @@ class _Local(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         nodelay(transport.get_extra_info("socket"))
+        # asyncio's 64 KiB default would pause the SSH channel after every 256 KiB packet
+        transport.set_write_buffer_limits(high=BUFFER)
         transport.pause_reading()
         self.task = asyncio.ensure_future(self._open())
 
@@ -84,6 +87,7 @@ class _Local(asyncio.Protocol):
             self.transport.close()
             return
         self.channel = channel
+        channel.set_write_buffer_limits(high=BUFFER)
         self.tunnel.opened += 1
         if self.transport.is_closing():
             channel.close()
