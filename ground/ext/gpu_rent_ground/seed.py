@@ -121,6 +121,20 @@ def _wait_for_computes(conn, hosts: list[str]) -> None:
         time.sleep(1)
 
 
+def _wait_for_volume_backends(conn, pools: list[str]) -> None:
+    # cinder-volume reports each pool's backend to the scheduler on its own periodic run: a volume asked
+    # for before its pool's report fails ("AvailabilityZoneFilter removed all hosts"), seen in a CI run.
+    deadline = time.monotonic() + 180
+    wanted = {f"ground-{p}" for p in pools}
+    while True:
+        known = {p.name.rsplit("#", 1)[-1] for p in conn.block_storage.backend_pools()}
+        if wanted <= known:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"seed: volume backends not reported to the scheduler: {sorted(wanted - known)}")
+        time.sleep(1)
+
+
 def resources() -> None:
     conn = admin()
     computes = os.environ.get("GROUND_COMPUTES", "c1 c2").split()
@@ -159,6 +173,7 @@ def resources() -> None:
     conn.set_compute_quotas(project.id, **QUOTAS_COMPUTE)
     conn.set_volume_quotas(project.id, **QUOTAS_VOLUME)
     conn.set_network_quotas(project.id, **QUOTAS_NETWORK)
+    _wait_for_volume_backends(conn, pools)
 
 
 def _external_network(conn) -> None:
