@@ -102,6 +102,8 @@ def _fail(e: Exception) -> typer.Exit:
 
 # what the cloud or keystoneauth raise after a successful login: one line, never a traceback
 CLOUD_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
+# SSH to the VM or a copy failed: one line (the message says why), exit 1 like any failed step
+TRANSFER_ERRORS = (vm_ssh.SshError, sync.SyncError)
 HANDLED = (config.ConfigError, StateError, CloudUnreachable, OperationFailed, *CLOUD_ERRORS, OSError)
 
 
@@ -476,10 +478,7 @@ def push(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -
     try:
         with StateStore(settings.project_dir).lock("push"), transfer_progress("pushing") as show:
             result = files.push(settings, target, checksum, show)
-    except (vm_ssh.SshError, sync.SyncError) as e:
-        error(str(e))
-        raise typer.Exit(ExitCode.FAILED) from None
-    except HANDLED as e:
+    except (*HANDLED, *TRANSFER_ERRORS) as e:
         raise _fail(e) from None
     for missing in result.missing:
         note(f"{missing}: no such folder here, skipped")
@@ -494,10 +493,7 @@ def pull_output(project: ProjectOption = Path("."), checksum: ChecksumOption = F
     try:
         with transfer_progress("pulling Output") as show:
             result = files.pull_output(settings, target, checksum, show)
-    except (vm_ssh.SshError, sync.SyncError) as e:
-        error(str(e))
-        raise typer.Exit(ExitCode.FAILED) from None
-    except HANDLED as e:
+    except (*HANDLED, *TRANSFER_ERRORS) as e:
         raise _fail(e) from None
     if result.missing:
         note("the VM has no Output folder yet: nothing generated")

@@ -41,6 +41,18 @@ def _amount(done: int, total: int | None) -> str:
 
 
 @contextmanager
+def _live(bars: Progress):
+    """Draw the bars only on a terminal; elsewhere the callers print plain lines."""
+    if err.is_terminal:
+        bars.start()
+    try:
+        yield
+    finally:
+        if err.is_terminal:
+            bars.stop()
+
+
+@contextmanager
 def playbook_progress(title: str):
     """Live progress fed by runner events: the current task, host and elapsed time, and a bar per stage
     of a long remote step (its `::gpu-rent-progress` lines)."""
@@ -77,13 +89,8 @@ def playbook_progress(title: str):
         if not err.is_terminal and progress.host is None and not progress.task.startswith("Validating arguments"):
             err.print(f"[dim]{escape(title)}: {escape(progress.task)} ({time.monotonic() - started:.0f}s)[/]")
 
-    if err.is_terminal:
-        bars.start()
-    try:
+    with _live(bars):
         yield show
-    finally:
-        if err.is_terminal:
-            bars.stop()
 
 
 @contextmanager
@@ -110,10 +117,5 @@ def transfer_progress(title: str):
             printed[0] = tenth
             err.print(f"[dim]{escape(title)}: {_amount(done, total)}[/]")
 
-    if err.is_terminal:
-        bars.start()
-    try:
+    with _live(bars):
         yield show
-    finally:
-        if err.is_terminal:
-            bars.stop()
