@@ -1,0 +1,80 @@
+"""The README and examples/gpu-rent.vars stay in step with the code: every setting with its default, every command."""
+
+import re
+import shutil
+from pathlib import Path
+
+import typer
+
+from gpu_rent import config
+from gpu_rent.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "gpu-rent.vars"
+README = REPO / "README.md"
+LINE = re.compile(r"^(# )?([A-Z][A-Z0-9_]*)=(.*)$")
+
+
+def _shown(default) -> str:
+    """A default as it is written in gpu-rent.vars."""
+    if default is None:
+        return ""
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, tuple):
+        return ",".join("=".join(item) if isinstance(item, tuple) else item for item in default)
+    return str(default)
+
+
+def _example_lines() -> dict[str, tuple[bool, str]]:
+    """KEY -> (commented out, value) for every KEY=VALUE line of the example, commented or not."""
+    found = {}
+    for text in EXAMPLE.read_text(encoding="utf-8").splitlines():
+        match = LINE.match(text)
+        if match:
+            assert match[2] not in found, f"{match[2]} is in the example twice"
+            found[match[2]] = (match[1] is not None, match[3])
+    return found
+
+
+def test_the_example_lists_every_key_with_its_default():
+    lines = _example_lines()
+    assert set(lines) == set(config.KEYS)
+    for key, spec in config.KEYS.items():
+        commented, value = lines[key]
+        if spec.default is config.REQUIRED:
+            assert not commented and value, f"{key} is required: the example must set it"
+        else:
+            assert commented, f"{key} is optional: the example shows it commented out"
+            assert value == _shown(spec.default), f"{key}: the example shows {value!r}, the default is {spec.default!r}"
+
+
+def test_the_example_loads_and_its_shown_defaults_are_the_defaults(tmp_path):
+    shutil.copy(EXAMPLE, tmp_path / config.VARS_FILE)
+    as_is = config.load(tmp_path, with_cloud=False)
+    # every commented default switched on must give exactly what leaving it out gives
+    text = EXAMPLE.read_text(encoding="utf-8")
+    (tmp_path / config.VARS_FILE).write_text(re.sub(r"(?m)^# ([A-Z][A-Z0-9_]*=)", r"\1", text), encoding="utf-8")
+    switched_on = config.load(tmp_path, with_cloud=False)
+    assert as_is == switched_on
+    for key, spec in config.KEYS.items():
+        if spec.default is not config.REQUIRED:
+            assert getattr(as_is, key.lower()) == spec.default, key
+
+
+def test_the_readme_shows_the_example_file_as_it_is():
+    example = EXAMPLE.read_text(encoding="utf-8")
+    blocks = re.findall(r"(?ms)^```[a-z]*\n(.*?)^```$", README.read_text(encoding="utf-8"))
+    shown = [block for block in blocks if block.startswith(example.splitlines()[0])]
+    assert len(shown) == 1, "the README shows examples/gpu-rent.vars in one code block"
+    assert shown[0] == example
+
+
+def test_the_command_reference_names_every_command():
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("\n## Command reference\n", 1)[1].split("\n## ", 1)[0]
+    group = typer.main.get_command(app)
+    commands = [name for name, command in group.commands.items() if not command.hidden]
+    assert len(commands) > 10
+    missing = [name for name in commands if f"`gpu-rent {name}" not in section]
+    assert missing == []
