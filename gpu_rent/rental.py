@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpu_rent import cloud
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
-from gpu_rent.runner import PlaybookResult, Progress, run_playbook
+from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
 
 
@@ -164,6 +164,9 @@ class Rental:
             except OSError as e:
                 self.say(f"state: could not save {self.store.path}: {e.strerror}")
 
+        ended = end_orphans(self.settings.project_dir)
+        if ended:
+            self.say(f"ended {ended} playbook processes that a killed gpu-rent command had left running")
         state.begin_operation(playbook, title)
         self.store.save(state)
         with self.progress(title) as show:

@@ -116,6 +116,51 @@ class _Cancel:
         return time.monotonic() - self.since >= GRACE_SECONDS or not _children("ansible-playbook")
 
 
+# Every process of a playbook run carries this mark (ansible's forks and ssh inherit it): a command
+# holding the project's lock finds the playbooks of a predecessor that was killed outright.
+PLAYBOOK_MARK = "GPU_RENT_PLAYBOOK_OF"
+
+
+def orphans(project_dir: Path) -> list[int]:
+    """Pids of playbook processes started for this project by a command that is gone (Linux: /proc)."""
+    mark = f"{PLAYBOOK_MARK}={project_dir}".encode()
+    me = os.getpid()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark in environ.read_bytes().split(b"\0") and int(environ.parent.name) != me:
+                found.append(int(environ.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def end_orphans(project_dir: Path) -> int:
+    """End what a killed command's playbook still runs, before a new one starts: two plays at once
+    would race on the same server. Only ever called under the project's lock, so no live command owns them.
+    """
+    pids = orphans(project_dir)
+    count = len(pids)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(os.getpgid(pid), signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pids = [pid for pid in pids if pid_alive(pid) and not _zombie(pid)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return count
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def _children(name: str) -> list[int]:
     me = os.getpid()
     found = []
@@ -233,6 +278,7 @@ def run_playbook(
                     # the ansible-playbook of this Python's environment, whether or not it is on PATH
                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                     "GPU_RENT_PROJECT": str(project_dir),
+                    PLAYBOOK_MARK: str(project_dir),
                     "GPU_RENT_AUTH_FILE": str(auth_path),
                     "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
                     "ANSIBLE_NOCOLOR": "1",
