@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import time
 from datetime import datetime
@@ -30,6 +31,13 @@ from gpu_rent.notify import notify
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
 from gpu_rent.report import doctor_checks, status_report
 from gpu_rent.state import Phase, StateError, StateLocked, StateStore
+
+# keystoneauth warns on stderr on its own ("Failed to discover available identity versions ...") before the
+# failure that the command then reports in its one line: the user gets that line only.
+logging.getLogger("keystoneauth").addHandler(logging.NullHandler())
+logging.getLogger("keystoneauth").propagate = False
+# the Click that Typer runs on: its own copy (typer._click) in newer Typer, the click package in older ones
+_click_errors = sys.modules[typer.BadParameter.__module__]
 
 app = typer.Typer(
     name="gpu-rent",
@@ -245,6 +253,9 @@ def _pull_before_stop(settings: config.Settings) -> None:
     state = load_state(StateStore(settings.project_dir), note)
     try:
         target = vm_ssh.Target.of(settings, state.resources)
+    except vm_ssh.SshError:
+        return  # up never got as far as a VM: nothing to pull, nothing to say
+    try:
         conn = connect(settings)
         server = cloud.observe(conn, settings.name).server(config.resource_names(settings.name)["server"])
         if server is None or server.status != "ACTIVE":
@@ -603,7 +614,19 @@ def dry_run(project: ProjectOption = Path(".")) -> None:
 
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
+    except _click_errors.ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # the help is already printed
+            sys.exit(e.exit_code)
+        # a usage mistake (an unknown option, --gb 0) is one line like every other, not Click's panel
+        usage = isinstance(e, _click_errors.UsageError)
+        ctx = getattr(e, "ctx", None)
+        error(e.format_message().rstrip(".") + (f" (see {ctx.command_path} --help)" if usage and ctx else ""))
+        sys.exit(ExitCode.BAD_INPUT if usage else e.exit_code)
+    except (_click_errors.Abort, typer.Abort):  # Ctrl+D or Ctrl+C at a question: as Typer said it
+        err.print("[red]Aborted.[/]")
+        sys.exit(1)
     except KeyboardInterrupt:
         err.print("canceled")
         sys.exit(ExitCode.CANCELED)
+    sys.exit(code if isinstance(code, int) else ExitCode.OK)

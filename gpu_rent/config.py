@@ -7,6 +7,7 @@ print it and exit 2 before anything in the cloud is touched (SPEC §3).
 from __future__ import annotations
 
 import difflib
+import io
 import ipaddress
 import math
 import os
@@ -22,6 +23,7 @@ import openstack.config
 import openstack.connection
 import openstack.exceptions
 from dotenv import dotenv_values
+from dotenv.parser import parse_stream
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack.config.cloud_region import CloudRegion
 
@@ -307,10 +309,16 @@ def _read_env(project_dir: Path) -> dict[str, str] | None:
     if not path.exists():
         return None
     try:
-        # interpolate=False: a password containing "${" must arrive as written.
-        raw = dotenv_values(path, interpolate=False)
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(ENV_FILE, f"cannot read: {exc}") from None
+    # python-dotenv skips a line it cannot parse (an unmatched quote, a stray word) with a warning of its own:
+    # the command would go on without that value, so it is refused here, like a bad line in gpu-rent.vars.
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            raise _unreadable_env_line(binding.original.string, binding.original.line)
+    # interpolate=False: a password containing "${" must arrive as written.
+    raw = dotenv_values(stream=io.StringIO(text), interpolate=False)
     values: dict[str, str] = {}
     for key, value in raw.items():
         if not (key.startswith("OS_") or key in ENV_KEYS):
@@ -323,6 +331,17 @@ def _read_env(project_dir: Path) -> dict[str, str] | None:
         if value.strip():
             values[key] = value
     return values
+
+
+def _unreadable_env_line(original: str, line: int) -> ConfigError:
+    # .env holds secrets: the message names the key at most, never the value.
+    match = re.match(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*=", original)
+    if match:
+        key = match[1]
+        return ConfigError(
+            ENV_FILE, f"{key}= has a value that cannot be read (an unmatched quote?)", line=line, key=key
+        )
+    return ConfigError(ENV_FILE, "line is not KEY=VALUE (its text is not shown: .env holds secrets)", line=line)
 
 
 def _merged_env(file_env: dict[str, str] | None, environ: Mapping[str, str]) -> dict[str, str]:

@@ -261,7 +261,7 @@ class StateStore:
         except UnicodeDecodeError:
             reason = "not UTF-8 text"
         except json.JSONDecodeError as exc:
-            reason = f"not JSON: {exc.msg} at line {exc.lineno}"
+            reason = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         except StateCorrupt as exc:
             reason = exc.reason
         raise StateCorrupt(reason, moved_to=self._move_aside())

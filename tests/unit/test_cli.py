@@ -110,6 +110,37 @@ def test_unreachable_cloud_is_exit_4_with_one_line(project):
     assert "s3cret-password" not in result.output
 
 
+@pytest.mark.parametrize("command", [["stop"], ["destroy", "--i-understand-data-loss"], ["status"], ["dry-run"]])
+def test_an_unreachable_cloud_is_the_only_line(project, command):
+    # neither keystoneauth's own warning nor a note about outputs that a never-rented VM cannot have
+    result = runner.invoke(app, [*command, "-p", str(project)])
+    assert result.exit_code == 4, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the cloud"), result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["resize-data", "--gb", "0"], "error: Invalid value for '--gb': "),
+        (["up", "--pool", "x"], "error: No such option: --pool (see gpu-rent up --help)"),
+        (["resize-data"], "error: Missing option '--gb' (see gpu-rent resize-data --help)"),
+        (["rent"], "error: No such command 'rent' (see gpu-rent --help)"),
+    ],
+)
+def test_usage_mistakes_are_one_line_and_exit_2(project, args, line):
+    gpu_rent = Path(sys.executable).parent / "gpu-rent"  # the installed command, as users run it
+    result = subprocess.run([str(gpu_rent), *args], cwd=project, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(line), result.stderr
+
+
+def test_no_arguments_still_show_the_help():
+    result = subprocess.run([sys.executable, "-m", "gpu_rent"], capture_output=True, text=True, timeout=60)
+    assert "resize-data" in result.stdout and result.stderr == ""
+
+
 def test_a_second_mutating_command_waits_then_refuses(project):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""\

@@ -119,6 +119,10 @@ BAD = [
     ("unknown env key", V, CLOUD_ENV + "AWS_SECRET=x\n", ".env", "AWS_SECRET",
      "unknown key AWS_SECRET (allowed: OS_* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN)"),
     ("env key without value", V, CLOUD_ENV + "GPU_RENT_SSH_KEY\n", ".env", "GPU_RENT_SSH_KEY", "has no value"),
+    ("env line that is no setting", V, CLOUD_ENV + "this is not a setting\n", ".env:4", "KEY=VALUE",
+     "line is not KEY=VALUE"),
+    ("env unmatched quote", V, "OS_CLOUD='test\nOS_CLIENT_CONFIG_FILE=clouds.yaml\n", ".env:1", "OS_CLOUD=",
+     "cannot be read (an unmatched quote?)"),
     ("no cloud auth", V, "GPU_RENT_SSH_KEY=~/.ssh/k\n", ".env", "OS_CLOUD", "no cloud auth"),
     ("os_cloud not in clouds.yaml", V, "OS_CLOUD=nope\nOS_CLIENT_CONFIG_FILE=clouds.yaml\n", ".env", "OS_CLOUD=nope",
      "clouds.yaml"),
@@ -152,6 +156,12 @@ def test_bad_config_table_is_big_enough() -> None:
 )  # fmt: skip
 def test_messages_read_exactly_like_this(tmp_path: Path, vars_text: str, expected: str) -> None:
     assert load_error(make_project(tmp_path, vars_text)) == expected
+
+
+def test_an_unreadable_env_line_never_shows_its_value(tmp_path: Path) -> None:
+    # python-dotenv alone would skip the line with a warning, and the command would go on without it
+    project = make_project(tmp_path, env_text=CLOUD_ENV + f'OS_PASSWORD="{PASSWORD}\n')
+    assert load_error(project) == ".env:4: OS_PASSWORD= has a value that cannot be read (an unmatched quote?)"
 
 
 def test_missing_vars_file(tmp_path: Path) -> None:
