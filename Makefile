@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup ground-up ground-down test check lint unit demo
+.PHONY: help setup ground-up ground-down test check lint unit demo bench
 
 help:
 	@echo "make setup        project venv (.venv) with gpu-rent and the dev tools"
@@ -14,6 +14,7 @@ help:
 	@echo "make test         setup + ground-up + lint + all tests (what CI runs)"
 	@echo "make check        lint + all tests against a ground that is already up"
 	@echo "make demo         setup + ground-up + gpu-rent up, status, stop in .ground/project"
+	@echo "make bench        setup + ground-up + every bench/*.py, one table of ratios against goals"
 
 setup: $(VENV)/.installed
 
@@ -51,3 +52,7 @@ demo: setup ground-up
 	cd .ground/project && ../../$(BIN)/gpu-rent status
 	cd .ground/project && ../../$(BIN)/gpu-rent stop
 	cd .ground/project && ../../$(BIN)/gpu-rent status
+
+# Every bench/*.py, then one table; a missed goal informs (exit 0), a crashed bench fails.
+bench: setup ground-up
+	$(BIN)/python bench/run_all.py

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._report import report
 from tests.ground.test_bootstrap import rent_host, run_playbook
 from tests.ground.test_idle_killer import killer_status, member_auth
 from tests.groundkit import Cloud, connect, drop_killer_credentials, ground_missing, ssh, unique
@@ -70,6 +71,7 @@ def bench(cloud: Cloud, tick: int) -> None:
                   f"-> {per_tick / bare:.2f}x", flush=True)  # fmt: skip
             print(f"cpu share  {share:6.3f} % of one core at a {REAL_TICK} s tick (goal <= 0.5 %)"
                   f"{'' if share <= 0.5 else '  - over the goal'}", flush=True)  # fmt: skip
+            report("cpu-share", share, "<= 0.5", f"percent of one core at a {REAL_TICK} s tick")
 
             arm(address, data_id, workdir, extra | {"idle_killer_idle_seconds": 2 * tick}, "idle_killer.yml")
             deadline = acted = None
@@ -95,6 +97,7 @@ def bench(cloud: Cloud, tick: int) -> None:
     ratio = overshoot / REAL_TICK
     print(f"overshoot  {overshoot:6.1f} s past the deadline until the server is gone -> {ratio:.2f} of the "
           f"{REAL_TICK} s goal{'' if ratio <= 1 else '  - over the goal'}")  # fmt: skip
+    report("overshoot", ratio, "<= 1", f"one real {REAL_TICK} s tick (deadline to server gone)")
 
 
 def _server_of(conn, address: str) -> str:

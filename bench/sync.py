@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._report import report
 from gpu_rent import sync
 from gpu_rent.ssh import Target, connect
 from tests.loopback_sshd import Sshd, missing
@@ -122,6 +123,7 @@ def report_tree(label: str, first: list[float], again: list[float], exec_seconds
     print(f"  first push        {min(first):6.3f} s   ({', '.join(f'{v:.3f}' for v in first)})")
     print(f"  unchanged re-push {min(again):6.3f} s   ({', '.join(f'{v:.3f}' for v in again)})")
     print(f"RATIO sync unchanged re-push vs first push, {label}: {min(again) / min(first):.2f}x (goal <= 0.05x)")
+    report("unchanged-re-push", min(again) / min(first), "<= 0.05", f"first push ({label})")
 
 
 async def measure(sshd: Sshd, tmp: Path, megabytes: int) -> None:
@@ -158,6 +160,8 @@ async def measure(sshd: Sshd, tmp: Path, megabytes: int) -> None:
         print(f"{name:<11} {value:>6.0f} MB/s   ({', '.join(f'{v:.0f}' for v in speeds[name])})")
     print(f"RATIO sync throughput vs rsync: {best['ours push'] / best['rsync push']:.2f}x (goal >= 0.8x)")
     print(f"RATIO sync pull throughput vs rsync: {best['ours pull'] / best['rsync pull']:.2f}x (goal >= 0.8x)")
+    report("push-throughput", best["ours push"] / best["rsync push"], ">= 0.8", "rsync -a -e ssh push")
+    report("pull-throughput", best["ours pull"] / best["rsync pull"], ">= 0.8", "rsync -a -e ssh pull")
     report_tree("this machine's login shell", *await tree_pushes(target, src / "tree", dst, lock))
     without_rc_files(sshd, tmp / "home")
     report_tree("login shell without rc files, as on the VM", *await tree_pushes(target, src / "tree", dst, lock))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._report import report
 from tests.loopback_sshd import Sshd, free_port, missing
 
 REQUESTS = 200
@@ -172,6 +173,8 @@ def main() -> int:
     for ref in ("ssh -N -L", "ssh -t -L"):
         print(f"RATIO tunnel throughput vs {ref}: {our[0] / results[ref][0]:.2f}x (goal >= 0.8x)")
         print(f"RATIO tunnel p50 latency vs {ref}: {our[1] / results[ref][1]:.2f}x (goal <= 2x)")
+        report("throughput", our[0] / results[ref][0], ">= 0.8", ref)
+        report("p50-latency", our[1] / results[ref][1], "<= 2", ref)
     return 0
 
 
