@@ -43,15 +43,9 @@ check: lint
 
 test: setup ground-up check
 
-# The main job on the test ground: rent, reach SwarmUI through the tunnel, look, stop.
+# The main job on the test ground: rent, reach SwarmUI through the tunnel, look, stop, nothing left.
 demo: setup ground-up
-	cd .ground/project && ../../$(BIN)/gpu-rent doctor
-	cd .ground/project && ../../$(BIN)/gpu-rent up --yes
-	@echo "SwarmUI (the ground's stand-in) through the tunnel at http://127.0.0.1:17801:"
-	curl -sS --max-time 10 -X POST -d '{}' http://127.0.0.1:17801/API/GetNewSession; echo
-	cd .ground/project && ../../$(BIN)/gpu-rent status
-	cd .ground/project && ../../$(BIN)/gpu-rent stop
-	cd .ground/project && ../../$(BIN)/gpu-rent status
+	ground/demo.sh
 
 # Every bench/*.py, then one table; a missed goal informs (exit 0), a crashed bench fails.
 bench: setup ground-up

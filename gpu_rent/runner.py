@@ -13,9 +13,11 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import ansible_runner
 
-from gpu_rent import progress_line
+from gpu_rent import orphans, progress_line
 from gpu_rent.progress_line import ProgressLine
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,6 +100,12 @@ def failure_message(res: dict) -> str:
     return " ".join(lines)[:500] if lines else "failed"
 
 
+def unreachable_message(said: str) -> str:
+    """Ansible's words for a host SSH cannot reach, as what it means to the user and what to do."""
+    said = said.removeprefix("Task failed: ").rstrip(": ")
+    return f"the VM does not answer over SSH ({said}); once it does, the same command resumes"
+
+
 class _Cancel:
     """Ctrl+C: SIGTERM to the playbook's process group, SIGKILL (by the runner) after the grace."""
 
@@ -116,49 +124,31 @@ class _Cancel:
         return time.monotonic() - self.since >= GRACE_SECONDS or not _children("ansible-playbook")
 
 
-# Every process of a playbook run carries this mark (ansible's forks and ssh inherit it): a command
-# holding the project's lock finds the playbooks of a predecessor that was killed outright.
-PLAYBOOK_MARK = "GPU_RENT_PLAYBOOK_OF"
-
-
-def orphans(project_dir: Path) -> list[int]:
-    """Pids of playbook processes started for this project by a command that is gone (Linux: /proc)."""
-    mark = f"{PLAYBOOK_MARK}={project_dir}".encode()
-    me = os.getpid()
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if mark in environ.read_bytes().split(b"\0") and int(environ.parent.name) != me:
-                found.append(int(environ.parent.name))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def end_orphans(project_dir: Path) -> int:
     """End what a killed command's playbook still runs, before a new one starts: two plays at once
     would race on the same server. Only ever called under the project's lock, so no live command owns them.
     """
-    pids = orphans(project_dir)
-    count = len(pids)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(os.getpgid(pid), signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_SECONDS
-    while pids and time.monotonic() < deadline:
-        time.sleep(0.1)
-        pids = [pid for pid in pids if pid_alive(pid) and not _zombie(pid)]
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return count
+    return orphans.end(orphans.marked(orphans.PROJECT_MARK, str(project_dir)))
 
 
-def _zombie(pid: int) -> bool:
+@contextlib.contextmanager
+def _ended_with_us(token: str) -> Iterator[None]:
+    """A watcher that ends this run's playbook should this process die first (kill -9, a crash)."""
+    read_end, write_end = os.pipe()
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "gpu_rent.orphans", str(read_end), token],
+            pass_fds=(read_end,), start_new_session=True,  # Ctrl+C on the terminal is not for it
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        os.close(read_end)
+    try:
+        yield
+    finally:
+        os.close(write_end)  # the watcher sees the end, finds the run over, and goes
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            watcher.wait(timeout=10)
 
 
 def _children(name: str) -> list[int]:
@@ -253,7 +243,10 @@ def run_playbook(
             if stats and on_stats:
                 on_stats(stats)
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
-            failures.append(Failure(data.get("task", "?"), data.get("host", "?"), failure_message(data.get("res", {}))))
+            message = failure_message(data.get("res", {}))
+            if kind == "runner_on_unreachable":
+                message = unreachable_message(message)
+            failures.append(Failure(data.get("task", "?"), data.get("host", "?"), message))
         elif kind == "playbook_on_stats":
             result.changed = {h: n for h, n in (data.get("changed") or {}).items()}
         return False  # the log is ours; ansible-runner need not keep the events in memory
@@ -263,8 +256,10 @@ def run_playbook(
     previous = signal.getsignal(signal.SIGINT) if main_thread else None
     if main_thread:
         signal.signal(signal.SIGINT, lambda *_: cancel.requested.set())
+    token = uuid.uuid4().hex
     try:
         with (
+            _ended_with_us(token),
             open(log_path, "w", encoding="utf-8") as log,
             _auth_file(runtime, cloud_auth) as auth_path,
             _without_secrets(),
@@ -278,7 +273,8 @@ def run_playbook(
                     # the ansible-playbook of this Python's environment, whether or not it is on PATH
                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                     "GPU_RENT_PROJECT": str(project_dir),
-                    PLAYBOOK_MARK: str(project_dir),
+                    orphans.PROJECT_MARK: str(project_dir),
+                    orphans.RUN_MARK: token,
                     "GPU_RENT_AUTH_FILE": str(auth_path),
                     "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
                     "ANSIBLE_NOCOLOR": "1",

@@ -296,6 +296,10 @@ HOME=$S/rabbit /usr/lib/rabbitmq/bin/rabbitmqctl -n rabbit@localhost wait "$RUN/
 # ------------------------------------------------------------------ services
 serve() {  # name module:app port [oslo args]
   local name=$1 app=$2 port=$3; shift 3
+  # how to start it again, for ground/service.sh (the fault tests stop and restart an API)
+  { export -p | grep -E '^declare -x (OS_|GROUND_)'
+    printf 'exec %q -m gpu_rent_ground.serve %q %q' "$B/python" "$app" "$API:$port"
+    if [ $# -gt 0 ]; then printf ' %q' "$@"; fi; printf '\n'; } > "$RUN/$name.start"
   start_bg "$name" "$LOG/$name.out" "$B/python" -m gpu_rent_ground.serve "$app" "$API:$port" "$@"
 }
 serve keystone keystone.wsgi.api:application 5000

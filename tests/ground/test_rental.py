@@ -384,17 +384,6 @@ def test_hold_writes_the_time_the_idle_killer_honours_and_clear_removes_it(life)
     assert ssh(address, "test -e /mnt/swarm_data/.gpu-rent-hold-until").returncode == 1
 
 
-def test_a_rerun_puts_back_a_lost_preemptible_tag(life):
-    project, ours = life
-    server = ours.servers()[0]
-    # e.g. an earlier tool replaced the tag list (the API replaces it whole, as the server module does)
-    ours.conn.compute.put(f"/servers/{server.id}/tags", json={"tags": ["gpu-rent"]}, microversion="2.26")
-    assert ours.conn.compute.get_server(server.id).tags == ["gpu-rent"]
-    assert gpu_rent(project, "up", "--yes").returncode == 0
-    assert sorted(ours.conn.compute.get_server(server.id).tags) == ["gpu-rent", "preemptible"]
-    assert ours.servers()[0].id == server.id  # same server: fixed, not re-created
-
-
 def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
     project, ours = life
     volumes = {v.name: v.id for v in ours.volumes().values()}

@@ -3,7 +3,7 @@
 import pytest
 
 from gpu_rent.cloud import CloudView, FloatingIP, Server, leftovers, missing_preemptible, reconcile, stale_ids
-from gpu_rent.runner import failure_message
+from gpu_rent.runner import failure_message, unreachable_message
 from gpu_rent.state import Phase, State
 
 
@@ -88,3 +88,13 @@ def test_a_failed_command_is_told_by_its_own_last_words():
     res = {"msg": "non-zero return code", "rc": 1, "stderr": "resize2fs 1.47.0\nresize2fs: Permission denied"}
     assert failure_message(res) == "exit code 1: resize2fs: Permission denied"
     assert failure_message({"msg": "non-zero return code", "rc": 2}) == "non-zero return code"
+
+
+def test_an_unreachable_vm_is_said_as_such_with_what_to_do():
+    said = (
+        'Task failed: Data could not be sent to remote host "10.0.0.5". Make sure this host can be reached over ssh: '
+    )
+    assert unreachable_message(said) == (
+        'the VM does not answer over SSH (Data could not be sent to remote host "10.0.0.5". Make sure this host can '
+        "be reached over ssh); once it does, the same command resumes"
+    )
