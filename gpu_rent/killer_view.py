@@ -31,22 +31,47 @@ def ask(settings, resources: dict, address: str) -> dict | None:
 
 def read(address: str, user: str, key: Path, known_hosts: Path, host_alias: str, timeout: float = 8) -> dict | None:
     """The killer's status file from the VM, or None when SSH or the file is not there."""
+    return finish(start(address, user, key, known_hosts, host_alias), timeout)
+
+
+def start(address: str, user: str, key: Path, known_hosts: Path, host_alias: str) -> subprocess.Popen | None:
+    """Begin reading the killer's status file (status asks while it reads the cloud); None if ssh cannot start."""
     command = [
         "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=yes",
         "-o", f'UserKnownHostsFile="{known_hosts}"', "-o", f"HostKeyAlias={host_alias}",
         "-o", "LogLevel=ERROR", "-i", str(key), f"{user}@{address}", f"cat {STATUS_FILE}",
     ]  # fmt: skip
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+    except OSError:
         return None
-    if done.returncode != 0:
+
+
+def finish(proc: subprocess.Popen | None, timeout: float = 8) -> dict | None:
+    """What a started read got, or None when SSH or the file was not there."""
+    if proc is None:
         return None
     try:
-        status = json.loads(done.stdout)
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        status = json.loads(out)
     except ValueError:
         return None
     return status if isinstance(status, dict) else None
+
+
+def abandon(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.communicate()
 
 
 def _clock(unix: float) -> str:

@@ -107,6 +107,23 @@ class StatusReport:
 def status_report(settings: Settings, say: Callable[[str], None]) -> StatusReport:
     store = StateStore(settings.project_dir)
     state = load_state(store, say)
+    # the killer's word travels over SSH while the cloud is read: used only if the cloud confirms the address
+    early = _killer_read(settings, state.resources.get("floating_ip_address"), state.resources.get("boot_volume"))
+    try:
+        return _status_report(settings, say, store, state, early)
+    finally:
+        killer_view.abandon(early[1] if early else None)
+
+
+def _killer_read(settings: Settings, address: str | None, boot_volume: str | None):
+    if not address or not boot_volume:
+        return None
+    known_hosts = settings.runtime_dir / "known_hosts"
+    alias = f"gpu-rent-{boot_volume}"
+    return (address, boot_volume), killer_view.start(address, settings.ssh_user, settings.ssh_key, known_hosts, alias)
+
+
+def _status_report(settings: Settings, say: Callable[[str], None], store: StateStore, state, early) -> StatusReport:
     conn = connect(settings)
     view = cloud.observe(conn, settings.name)
     names = resource_names(settings.name)
@@ -137,10 +154,10 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
     killer_status = killer = None
     boot_volume = state.resources.get("boot_volume")
     if server is not None and server.status == "ACTIVE" and address and boot_volume:
-        known_hosts = settings.runtime_dir / "known_hosts"
-        killer_status = killer_view.read(
-            address, settings.ssh_user, settings.ssh_key, known_hosts, f"gpu-rent-{boot_volume}"
-        )
+        if early is None or early[0] != (address, boot_volume):  # the cloud says otherwise: ask there instead
+            killer_view.abandon(early[1] if early else None)
+            early = _killer_read(settings, address, boot_volume)
+        killer_status = killer_view.finish(early[1])
         killer = killer_view.describe(killer_status, time.time())
     return StatusReport(
         project=str(settings.project_dir),
