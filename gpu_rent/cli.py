@@ -17,20 +17,27 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
-import asyncssh
 import openstack.exceptions
 import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, files, killer_view, sync, watchdog
-from gpu_rent import ssh as vm_ssh
+from gpu_rent import __version__, cloud, config, killer_view
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
+from gpu_rent.lazy import lazy
 from gpu_rent.notify import notify
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
 from gpu_rent.report import doctor_checks, status_report
 from gpu_rent.state import Phase, StateError, StateLocked, StateStore
+from gpu_rent.watch_decision import WATCH_SECONDS
+
+# SSH, the tunnel and transfers load when a command uses them: status and doctor start without them.
+asyncssh = lazy("asyncssh")
+files = lazy("gpu_rent.files")
+sync = lazy("gpu_rent.sync")
+vm_ssh = lazy("gpu_rent.ssh")
+watchdog = lazy("gpu_rent.watchdog")
 
 # keystoneauth warns on stderr on its own ("Failed to discover available identity versions ...") before the
 # failure that the command then reports in its one line: the user gets that line only.
@@ -110,8 +117,13 @@ def _fail(e: Exception) -> typer.Exit:
 
 # what the cloud or keystoneauth raise after a successful login: one line, never a traceback
 CLOUD_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
-# SSH to the VM or a copy failed: one line (the message says why), exit 1 like any failed step
-TRANSFER_ERRORS = (vm_ssh.SshError, sync.SyncError)
+
+
+def _transfer_errors() -> tuple[type[Exception], ...]:
+    """SSH to the VM or a copy failed: one line (the message says why), exit 1 like any failed step."""
+    return (vm_ssh.SshError, sync.SyncError)
+
+
 HANDLED = (config.ConfigError, StateError, CloudUnreachable, OperationFailed, *CLOUD_ERRORS, OSError)
 
 
@@ -149,7 +161,7 @@ def up(
         bool, typer.Option("--tunnel/--no-tunnel", help="Open the tunnel (with its watchdog) in the background.")
     ] = True,
     stop_on_exit: StopOnExitOption = False,
-    watch_seconds: WatchOption = watchdog.WATCH_SECONDS,
+    watch_seconds: WatchOption = WATCH_SECONDS,
 ) -> None:
     """Rent the VM (or reuse the running one), bring SwarmUI up and open the tunnel to it.
 
@@ -190,7 +202,7 @@ def up(
 
 def _open_tunnel(
     settings: config.Settings,
-    watch_seconds: float = watchdog.WATCH_SECONDS,
+    watch_seconds: float = WATCH_SECONDS,
     after_up: bool = False,
     stop_on_exit: bool = False,
 ) -> dict:
@@ -414,7 +426,7 @@ def tunnel_command(
     ] = False,
     close: Annotated[bool, typer.Option("--close", help="Close the background tunnel; the VM keeps running.")] = False,
     stop_on_exit: StopOnExitOption = False,
-    watch_seconds: WatchOption = watchdog.WATCH_SECONDS,
+    watch_seconds: WatchOption = WATCH_SECONDS,
 ) -> None:
     """Forward http://127.0.0.1:LOCAL_PORT to SwarmUI on the VM, with the watchdog; Ctrl+C closes it.
 
@@ -449,7 +461,7 @@ def _run_session(settings: config.Settings, watch_seconds: float, forward: bool,
 
 
 @app.command("watchdog")
-def watchdog_command(project: ProjectOption = Path("."), watch_seconds: WatchOption = watchdog.WATCH_SECONDS) -> None:
+def watchdog_command(project: ProjectOption = Path("."), watch_seconds: WatchOption = WATCH_SECONDS) -> None:
     """Watch the server without a tunnel: bring back a preempted VM, say why when it cannot. Ctrl+C ends it."""
     _run_session(_settings(project), watch_seconds, forward=False)
 
@@ -489,7 +501,7 @@ def push(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -
     try:
         with StateStore(settings.project_dir).lock("push"), transfer_progress("pushing") as show:
             result = files.push(settings, target, checksum, show)
-    except (*HANDLED, *TRANSFER_ERRORS) as e:
+    except (*HANDLED, *_transfer_errors()) as e:
         raise _fail(e) from None
     for missing in result.missing:
         note(f"{missing}: no such folder here, skipped")
@@ -504,7 +516,7 @@ def pull_output(project: ProjectOption = Path("."), checksum: ChecksumOption = F
     try:
         with transfer_progress("pulling Output") as show:
             result = files.pull_output(settings, target, checksum, show)
-    except (*HANDLED, *TRANSFER_ERRORS) as e:
+    except (*HANDLED, *_transfer_errors()) as e:
         raise _fail(e) from None
     if result.missing:
         note("the VM has no Output folder yet: nothing generated")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_rent import cloud
+from gpu_rent import cloud, token_cache
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
@@ -35,11 +35,16 @@ class OperationFailed(Exception):
 
 
 def connect(settings: Settings):
+    kept = settings.runtime_dir / token_cache.FILE
     try:
         conn = settings.cloud.connect()
+        login = {**conn.config.config["auth"], "auth_type": conn.config.config.get("auth_type")}
+        reused = token_cache.restore(conn.session.auth, kept, login)
         conn.authorize()
     except Exception as e:  # keystoneauth raises many kinds; all mean the same to the user
         raise CloudUnreachable(f"cannot reach the cloud ({settings.cloud.describe()}): {_short(e)}") from None
+    if reused is None or conn.session.auth.get_auth_state() != reused:  # a new login: keep it for the next
+        token_cache.keep(conn.session.auth, kept, login)
     return conn
 
 

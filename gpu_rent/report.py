@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import cloud, killer_view, watchdog
+from gpu_rent import cloud, killer_view, tunnel_record
 from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.rental import connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
@@ -128,7 +128,7 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
     view = cloud.observe(conn, settings.name)
     names = resource_names(settings.name)
     # status writes only what the cloud proves, and only when no other command is running
-    tunnel = watchdog.read_record(settings)
+    tunnel = tunnel_record.read_record(settings)
     with contextlib.suppress(StateLocked), store.lock("status", wait=0):
         state = load_state(store, say)
         phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)

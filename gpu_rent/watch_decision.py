@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# How often the watchdog looks at the server (`--watch-seconds`).
+WATCH_SECONDS = 30.0
+
 
 class Act(StrEnum):
     OK = "ok"  # running: keep the tunnel
