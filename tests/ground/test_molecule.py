@@ -45,4 +45,11 @@ def test_every_vm_role_has_a_scenario():
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_scenario_passes(runs, scenario):
     result = runs[scenario]
-    assert result.returncode == 0, f"{result.stdout[-6000:]}\n{result.stderr[-6000:]}"
+    assert result.returncode == 0, f"{_failures(result.stdout + result.stderr)}\n...\n{result.stderr[-3000:]}"
+
+
+def _failures(output: str) -> str:
+    """The failed tasks' own lines (the tail alone is Molecule's clean-up)."""
+    lines = output.splitlines()
+    hits = [i for i, line in enumerate(lines) if "fatal:" in line or "FAILED!" in line or "failed:" in line]
+    return "\n".join("\n".join(lines[max(i - 3, 0) : i + 12]) for i in hits[:3]) or "(no failed task in the output)"
