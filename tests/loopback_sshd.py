@@ -2,6 +2,9 @@
 
 It runs as root (sshd's privilege separation needs it), with its own host key, config and
 authorized_keys in a temporary folder, on a free port; nothing of the machine's own sshd is touched.
+Its sessions get an empty HOME, as root on a fresh cloud image has: this machine's `~/.bashrc` runs
+`pyenv init`, whose rehash takes a lock file that a killed session leaves behind, and every later
+session then waited 60 s for it (a CI run hung so).
 """
 
 from __future__ import annotations
@@ -54,12 +57,15 @@ class Sshd:
         authorized = self.folder / "authorized_keys"
         authorized.write_text((self.folder / "client.pub").read_text())
         authorized.chmod(0o600)
+        home = self.folder / "home"
+        home.mkdir(exist_ok=True)
         config = self.folder / "sshd_config"
         config.write_text(
             f"ListenAddress 127.0.0.1:{self.port}\nHostKey {self.host_key}\nAuthorizedKeysFile {authorized}\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "UsePAM no\nStrictModes no\nAllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
             f"PidFile {self.folder / 'sshd.pid'}\nLogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
+            f"SetEnv HOME={home}\n"
         )
         self.proc = subprocess.Popen(
             [SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
