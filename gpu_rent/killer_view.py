@@ -20,18 +20,17 @@ SILENT_SECONDS = 300
 EXPIRY_WARNING_SECONDS = 86400
 
 
-def ask(settings, resources: dict, address: str) -> dict | None:
-    """The killer's status file from the project's VM at address (its host key bound to the boot volume)."""
-    boot_volume = resources.get("boot_volume")
-    if not boot_volume:
+def start_for(settings, address: str | None, boot_volume: str | None) -> subprocess.Popen | None:
+    """Begin reading the killer's status file from the project's VM (its host key bound to the boot volume)."""
+    if not address or not boot_volume:
         return None
     known_hosts = settings.runtime_dir / "known_hosts"
-    return read(address, settings.ssh_user, settings.ssh_key, known_hosts, f"gpu-rent-{boot_volume}")
+    return start(address, settings.ssh_user, settings.ssh_key, known_hosts, f"gpu-rent-{boot_volume}")
 
 
-def read(address: str, user: str, key: Path, known_hosts: Path, host_alias: str, timeout: float = 8) -> dict | None:
-    """The killer's status file from the VM, or None when SSH or the file is not there."""
-    return finish(start(address, user, key, known_hosts, host_alias), timeout)
+def ask(settings, resources: dict, address: str) -> dict | None:
+    """The killer's status file from the project's VM at address, or None."""
+    return finish(start_for(settings, address, resources.get("boot_volume")))
 
 
 def start(address: str, user: str, key: Path, known_hosts: Path, host_alias: str) -> subprocess.Popen | None:

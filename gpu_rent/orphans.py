@@ -44,14 +44,14 @@ def end(pids: list[int], grace: float = GRACE_SECONDS) -> int:
     left, deadline = list(pids), time.monotonic() + grace
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = [pid for pid in left if _running(pid)]
+        left = [pid for pid in left if running(pid)]
     for pid in left:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return len(pids)
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:

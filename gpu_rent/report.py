@@ -118,9 +118,7 @@ def status_report(settings: Settings, say: Callable[[str], None]) -> StatusRepor
 def _killer_read(settings: Settings, address: str | None, boot_volume: str | None):
     if not address or not boot_volume:
         return None
-    known_hosts = settings.runtime_dir / "known_hosts"
-    alias = f"gpu-rent-{boot_volume}"
-    return (address, boot_volume), killer_view.start(address, settings.ssh_user, settings.ssh_key, known_hosts, alias)
+    return (address, boot_volume), killer_view.start_for(settings, address, boot_volume)
 
 
 def _status_report(settings: Settings, say: Callable[[str], None], store: StateStore, state, early) -> StatusReport:

@@ -26,6 +26,7 @@ from pathlib import Path
 import ansible_runner
 
 from gpu_rent import orphans, progress_line
+from gpu_rent.pids import pid_alive
 from gpu_rent.progress_line import ProgressLine
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,17 +181,6 @@ def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
         yield path
     finally:
         path.unlink(missing_ok=True)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (POSIX; one we may not signal counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid > 0
 
 
 @contextlib.contextmanager

@@ -22,29 +22,6 @@ def record_path(settings: Settings) -> Path:
     return settings.runtime_dir / RECORD_FILE
 
 
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if os.name == "nt":  # os.kill(pid, 0) would end the process on Windows
-        import ctypes
-
-        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-        code = ctypes.c_ulong()
-        still_active = 259
-        got = bool(handle) and ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-        alive = got and code.value == still_active
-        if handle:
-            ctypes.windll.kernel32.CloseHandle(handle)
-        return bool(alive)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's: alive
-        return True
-    return True
-
-
 def _hold_alive(settings: Settings):
     """Take the tunnel's life lock (an open file the caller keeps); None when another process holds it."""
     path = settings.runtime_dir / ALIVE_FILE

@@ -27,13 +27,13 @@ from keystoneauth1 import exceptions as ksa_exceptions
 from gpu_rent import ssh
 from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.notify import notify
+from gpu_rent.pids import pid_alive
 from gpu_rent.rental import CloudUnreachable, OperationFailed, Rental, connect, load_state
 from gpu_rent.state import Phase, StateError, StateLocked, StateStore
 from gpu_rent.tunnel import PortBusy, Tunnel
 from gpu_rent.tunnel_record import (
     _hold_alive,
     _write_record,
-    pid_alive,
     read_record,
     record_path,
     tunnel_alive,

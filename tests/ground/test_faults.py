@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_rent.orphans import PROJECT_MARK
+from gpu_rent.orphans import PROJECT_MARK, marked
 from tests.ground.test_rental import BIN, Ours, gpu_rent, make_project, state, status
 from tests.groundkit import CLOUDS_YAML, REPO, ssh, wait_until
 
@@ -59,15 +59,7 @@ def phase(name: str) -> Trigger:
 
 
 def playbook_processes(project: Path) -> list[int]:
-    mark = f"{PROJECT_MARK}={project}".encode()
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if mark in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
-        except OSError:
-            continue
-    return found
+    return marked(PROJECT_MARK, str(project))
 
 
 class Rental:

@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from gpu_rent.orphans import PROJECT_MARK, RUN_MARK, marked
+from gpu_rent.orphans import PROJECT_MARK, RUN_MARK, marked, running
 from gpu_rent.runner import end_orphans
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -54,15 +54,7 @@ def test_the_runs_watcher_ends_its_playbook_when_the_command_is_killed_outright(
         playbook = int(pidfile.read_text())
         cli.send_signal(signal.SIGKILL)
         cli.wait()
-        wait_for(lambda: not os.path.exists(f"/proc/{playbook}") or _zombie(playbook))
+        wait_for(lambda: not running(playbook))
     finally:
         cli.kill()
         cli.wait()
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
