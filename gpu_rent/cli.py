@@ -606,7 +606,8 @@ def doctor(project: ProjectOption = Path(".")) -> None:
         mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
         console.print(f"{mark} {check.name}: {check.detail}")
     if not all(c.ok for c in checks):
-        raise typer.Exit(ExitCode.FAILED)
+        refused = any(c.name == "auth" and not c.ok for c in checks)
+        raise typer.Exit(ExitCode.CLOUD_UNREACHABLE if refused else ExitCode.FAILED)
 
 
 @app.command("dry-run")
@@ -635,9 +636,9 @@ def main() -> None:
         ctx = getattr(e, "ctx", None)
         error(e.format_message().rstrip(".") + (f" (see {ctx.command_path} --help)" if usage and ctx else ""))
         sys.exit(ExitCode.BAD_INPUT if usage else e.exit_code)
-    except (_click_errors.Abort, typer.Abort):  # Ctrl+D or Ctrl+C at a question: as Typer said it
-        err.print("[red]Aborted.[/]")
-        sys.exit(1)
+    except (_click_errors.Abort, typer.Abort):  # Ctrl+C or Ctrl+D at a question: nothing was asked of the cloud
+        err.print("canceled")
+        sys.exit(ExitCode.CANCELED)
     except KeyboardInterrupt:
         err.print("canceled")
         sys.exit(ExitCode.CANCELED)

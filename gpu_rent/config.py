@@ -314,9 +314,21 @@ def _read_env(project_dir: Path) -> dict[str, str] | None:
         raise ConfigError(ENV_FILE, f"cannot read: {exc}") from None
     # python-dotenv skips a line it cannot parse (an unmatched quote, a stray word) with a warning of its own:
     # the command would go on without that value, so it is refused here, like a bad line in gpu-rent.vars.
+    first_line: dict[str, int] = {}
     for binding in parse_stream(io.StringIO(text)):
+        line = _first_line_of(binding.original)
         if binding.error:
-            raise _unreadable_env_line(binding.original.string, binding.original.line)
+            raise _unreadable_env_line(binding.original.string, line)
+        if binding.key is None:
+            continue
+        if binding.key in first_line:  # the last would win silently: which password is meant is not ours to guess
+            raise ConfigError(
+                ENV_FILE,
+                f"{binding.key} is given twice (lines {first_line[binding.key]} and {line})",
+                line=line,
+                key=binding.key,
+            )
+        first_line[binding.key] = line
     # interpolate=False: a password containing "${" must arrive as written.
     raw = dotenv_values(stream=io.StringIO(text), interpolate=False)
     values: dict[str, str] = {}
@@ -331,6 +343,12 @@ def _read_env(project_dir: Path) -> dict[str, str] | None:
         if value.strip():
             values[key] = value
     return values
+
+
+def _first_line_of(original) -> int:
+    """The line a python-dotenv binding's text starts on: its `line` counts the blank lines before it too."""
+    text = original.string
+    return original.line + text[: len(text) - len(text.lstrip())].count("\n")
 
 
 def _unreadable_env_line(original: str, line: int) -> ConfigError:

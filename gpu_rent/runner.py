@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,12 +134,12 @@ def end_orphans(project_dir: Path) -> int:
 
 
 @contextlib.contextmanager
-def _ended_with_us(token: str) -> Iterator[None]:
+def _ended_with_us(token: str, temp: Path) -> Iterator[None]:
     """A watcher that ends this run's playbook should this process die first (kill -9, a crash)."""
     read_end, write_end = os.pipe()
     try:
         watcher = subprocess.Popen(
-            [sys.executable, "-m", "gpu_rent.orphans", str(read_end), token],
+            [sys.executable, "-m", "gpu_rent.orphans", str(read_end), token, str(temp)],
             pass_fds=(read_end,), start_new_session=True,  # Ctrl+C on the terminal is not for it
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -181,6 +182,25 @@ def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
         yield path
     finally:
         path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _run_temp(path: Path) -> Iterator[Path]:
+    """The run's own temporary folder (Ansible's local temp and TMPDIR), 0700, gone after the run.
+
+    `copy content=` stages the idle-killer's credential in Ansible's local temp before sending it: in
+    ~/.ansible/tmp a killed run would leave it for good; here the next run (or the orphan watcher) clears it.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for old in path.parent.iterdir():  # left by a run that was killed
+        pid = old.name.partition("-")[0]
+        if not (pid.isdigit() and pid_alive(int(pid))):
+            shutil.rmtree(old, ignore_errors=True)
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -247,11 +267,13 @@ def run_playbook(
     if main_thread:
         signal.signal(signal.SIGINT, lambda *_: cancel.requested.set())
     token = uuid.uuid4().hex
+    temp = runtime / "runner" / "tmp" / f"{os.getpid()}-{token}"
     try:
         with (
-            _ended_with_us(token),
+            _ended_with_us(token, temp),
             open(log_path, "w", encoding="utf-8") as log,
             _auth_file(runtime, cloud_auth) as auth_path,
+            _run_temp(temp),
             _without_secrets(),
         ):
             os.chmod(log_path, 0o600)
@@ -266,6 +288,8 @@ def run_playbook(
                     orphans.PROJECT_MARK: str(project_dir),
                     orphans.RUN_MARK: token,
                     "GPU_RENT_AUTH_FILE": str(auth_path),
+                    "ANSIBLE_LOCAL_TEMP": str(temp),
+                    "TMPDIR": str(temp),  # the payload folders of modules run here
                     "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
                     "ANSIBLE_NOCOLOR": "1",
                     "ANSIBLE_LOCALHOST_WARNING": "false",

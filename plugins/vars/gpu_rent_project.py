@@ -60,6 +60,9 @@ def project_vars() -> dict:
                 except (OSError, ValueError) as e:
                     raise AnsibleError(f"gpu-rent: the cloud auth handed over by the CLI is unreadable: {e}") from None
                 path.unlink(missing_ok=True)
+            # Module arguments (the cloud password among them) go to the module on its stdin, never into an
+            # AnsiballZ file under ~/.ansible/tmp, where a killed run would leave them for good.
+            found["ansible_pipelining"] = True
             _cache[key] = found
     return _cache[key]
 

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -58,6 +59,21 @@ def phase(name: str) -> Trigger:
     return reached
 
 
+def ansible_temp_files_holding(needles: list[bytes], since: float) -> list[str]:
+    """Files written since `since` under ~/.ansible/tmp and the temp folder's ansible_* that hold a needle."""
+    roots = [Path.home() / ".ansible" / "tmp", *Path(tempfile.gettempdir()).glob("ansible_*")]
+    found = []
+    for root in roots:
+        for path in root.rglob("*") if root.is_dir() else [root]:
+            try:
+                if path.is_file() and path.stat().st_mtime >= since:
+                    data = path.read_bytes()
+                    found += [f"{path}: {n.decode()}" for n in needles if n in data]
+            except OSError:
+                continue  # another test's run took it away meanwhile
+    return found
+
+
 def playbook_processes(project: Path) -> list[int]:
     return marked(PROJECT_MARK, str(project))
 
@@ -69,6 +85,7 @@ class Rental:
         self.project, self.ours = project, ours
         self.volumes: dict[str, str] = {}  # name -> id, once the first up made both
         self.faults: list[str] = []
+        self.started = time.time()
 
     def env(self) -> dict:
         return {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
@@ -301,3 +318,8 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     for secret_text in (password, secret):
         leaking = [str(p) for p in written if secret_text.encode() in p.read_bytes()]
         assert leaking == [], leaking
+    # killed runs leave nothing in Ansible's default temp folders either: module arguments (the password)
+    # travel on a pipe, and the killer's staged credential sits in the run's own temp, which went with it
+    assert list((project / ".gpu-rent" / "runner" / "tmp").iterdir()) == []
+    left = ansible_temp_files_holding([project.name.encode(), secret.encode()], since=rental.started)
+    assert left == [], left

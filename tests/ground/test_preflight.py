@@ -1,0 +1,117 @@
+"""Before anything is rented: `doctor` against the ground, and `up`'s question on a real terminal.
+
+doctor passes every check on a good project, names each kind of miss, and changes nothing; up asks
+"Rent it?" on a terminal, and both "no" and Ctrl+C there leave the cloud as it was.
+"""
+
+import os
+import pty
+import re
+import select
+import time
+
+import pytest
+import yaml
+
+from tests.ground.test_rental import BIN, Ours, gpu_rent, make_project
+from tests.groundkit import CLOUDS_YAML
+
+SECRET = "not-the-password-0815"
+
+
+def checks(stdout: str) -> dict[str, tuple[bool, str]]:
+    """check name -> (ok, detail), from doctor's `ok  name: detail` / `FAIL name: detail` lines."""
+    found = {}
+    for line in stdout.splitlines():
+        match = re.fullmatch(r"(ok  |FAIL) ([^:]+(?:: [a-z ]+)?): (.*)", line)
+        assert match, f"not a check line: {line!r}"
+        found[match[2]] = (match[1] == "ok  ", match[3])
+    return found
+
+
+def test_every_check_passes_on_the_ground_and_nothing_is_made(tmp_path, member_conn):
+    project = make_project(tmp_path, "doctor-ok")
+    files = sorted(project.rglob("*"))
+    result = gpu_rent(project, "doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = checks(result.stdout)
+    assert all(ok for ok, _ in found.values()), result.stdout
+    assert {
+        "ssh key", "auth", "catalog: compute", "catalog: network", "catalog: image", "catalog: block storage",
+        "pool ru-7a", "flavor gpu.a100.1", "flavor gpu.l4.1", "flavor gpu.a10.1", "image", "external network",
+        "quota: servers",
+    } <= set(found)  # fmt: skip
+    assert not any(Ours(member_conn, "doctor-ok").everything().values())
+    assert sorted(project.rglob("*")) == files
+
+
+def test_a_flavor_and_a_pool_the_cloud_lacks_are_each_named_with_exit_1(tmp_path):
+    project = make_project(tmp_path, "doctor-miss")
+    with open(project / "gpu-rent.vars", "a") as f:
+        f.write("FLAVOR_FALLBACK=gpu.nope.1\nPOOL_FALLBACK=ru-9z\n")
+    result = gpu_rent(project, "doctor")
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = checks(result.stdout)
+    assert found["flavor gpu.nope.1"] == (False, "not found")
+    assert found["pool ru-9z"][0] is False and "ru-7a" in found["pool ru-9z"][1]
+    assert [name for name, (ok, _) in found.items() if not ok] == ["pool ru-9z", "flavor gpu.nope.1"]
+
+
+def test_a_refused_login_is_exit_4_and_never_shows_the_password(tmp_path):
+    project = make_project(tmp_path, "doctor-login")
+    clouds = yaml.safe_load(CLOUDS_YAML.read_text())
+    clouds["clouds"]["ground"]["auth"]["password"] = SECRET
+    (project / "clouds.yaml").write_text(yaml.safe_dump(clouds))
+    env = (project / ".env").read_text()
+    (project / ".env").write_text(re.sub(r"(?m)^OS_CLIENT_CONFIG_FILE=.*$", "OS_CLIENT_CONFIG_FILE=clouds.yaml", env))
+    result = gpu_rent(project, "doctor")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert SECRET not in result.stdout + result.stderr and "Traceback" not in result.stderr
+    found = checks(result.stdout)
+    assert found["ssh key"][0] is True
+    assert found["auth"][0] is False and "401" in found["auth"][1]
+    assert list(found) == ["ssh key", "auth"]  # nothing is asked of a cloud that refused the login
+
+
+def up_at_a_terminal(project, answer: bytes) -> tuple[int, str]:
+    """gpu-rent up on a pseudo-terminal: waits for its question, types `answer`; (exit code, all it printed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, its stdin a terminal as a user's is
+        os.chdir(project)
+        os.execve(str(BIN / "gpu-rent"), ["gpu-rent", "up", "--no-tunnel"], env)
+    seen, answered, deadline = b"", False, time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if not answered and b"Rent it?" in seen:
+                os.write(fd, answer)
+                answered = True
+            ready, _, _ = select.select([fd], [], [], 1)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the command ended and closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        else:
+            os.kill(pid, 9)
+            pytest.fail(f"up did not end within 120 s: {seen.decode(errors='replace')}")
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert answered, seen.decode(errors="replace")
+    return os.waitstatus_to_exitcode(status), seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize(("answer", "said"), [(b"n\r", "nothing rented: not confirmed"), (b"\x03", "canceled")],
+                         ids=["no", "ctrl-c"])  # fmt: skip
+def test_no_or_ctrl_c_at_the_question_rents_nothing_and_exits_130(tmp_path, member_conn, answer, said):
+    project = make_project(tmp_path, f"ask-{'no' if answer.startswith(b'n') else 'ctrlc'}")
+    code, printed = up_at_a_terminal(project, answer)
+    assert code == 130, printed
+    assert "gpu.a100.1" in printed and "at most 1.35/hour" in printed  # it said what it would rent before asking
+    assert said in printed and "Traceback" not in printed
+    assert not any(Ours(member_conn, project.name).everything().values())
