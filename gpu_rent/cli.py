@@ -636,7 +636,7 @@ def main() -> None:
         ctx = getattr(e, "ctx", None)
         error(e.format_message().rstrip(".") + (f" (see {ctx.command_path} --help)" if usage and ctx else ""))
         sys.exit(ExitCode.BAD_INPUT if usage else e.exit_code)
-    except (_click_errors.Abort, typer.Abort):  # Ctrl+C or Ctrl+D at a question: nothing was asked of the cloud
+    except typer.Abort:  # Ctrl+C or Ctrl+D at a question: nothing was asked of the cloud
         err.print("canceled")
         sys.exit(ExitCode.CANCELED)
     except KeyboardInterrupt:
