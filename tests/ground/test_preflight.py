@@ -82,14 +82,16 @@ def up_at_a_terminal(project, answer: bytes) -> tuple[int, str]:
         os.chdir(project)
         os.execve(str(BIN / "gpu-rent"), ["gpu-rent", "up", "--no-tunnel"], env)
     seen, answered, deadline = b"", False, time.monotonic() + 120
+    sent, next_answer = 0, 0.0
     try:
         while time.monotonic() < deadline:
-            if not answered and b"Rent it? [y/N]: " in seen:
+            if b"Rent it? [y/N]: " in seen and time.monotonic() >= next_answer and sent < 3:
                 # a person answers after reading the question: a Ctrl+C sent within microseconds of the prompt
-                # can land before Python's input() blocks in read(), and CPython then sees it only after Enter
+                # can land before Python's input() blocks in read(), and CPython then sees it only after Enter;
+                # so, like a person whose first Ctrl+C did nothing, it presses again a few seconds later
                 time.sleep(0.5)
                 os.write(fd, answer)
-                answered = True
+                answered, sent, next_answer = True, sent + 1, time.monotonic() + 5
             ready, _, _ = select.select([fd], [], [], 1)
             if not ready:
                 continue

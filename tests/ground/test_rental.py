@@ -58,7 +58,7 @@ def status(project: Path) -> dict:
 def make_project(tmp: Path, name: str) -> Path:
     """A copy of the ground's project with its own NAME and its own tunnel port (tests run side by side)."""
     project = tmp / name
-    shutil.copytree(PROJECT, project)
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(".gpu-rent"))  # a new project: no state
     with open(project / "gpu-rent.vars", "a") as f:
         f.write(f"NAME={name}\nLOCAL_PORT={free_port()}\n")
     return project
