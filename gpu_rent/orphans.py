@@ -59,16 +59,15 @@ def running(pid: int) -> bool:
         return False
 
 
-def watch(fd: int, token: str, temp: str | None = None) -> None:
+def watch(fd: int, token: str, temp: str) -> None:
     """Wait until the command's end of the pipe closes (it ended, however it ended), then end its run
     and remove the run's temporary folder (the credential may be staged there)."""
     with contextlib.suppress(OSError):
         while os.read(fd, 1):
             pass
     end(marked(RUN_MARK, token))
-    if temp:
-        shutil.rmtree(temp, ignore_errors=True)
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    watch(int(sys.argv[1]), sys.argv[2], sys.argv[3])

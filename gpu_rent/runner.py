@@ -168,13 +168,9 @@ def _children(name: str) -> list[int]:
 
 
 @contextlib.contextmanager
-def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
-    """The resolved cloud auth for the vars plugin, 0600, gone after the run."""
-    path = runtime / "runner" / f"auth-{os.getpid()}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for old in path.parent.glob("auth-*.json"):  # left by a run that was killed
-        if not pid_alive(int(old.stem.removeprefix("auth-") or 0)):
-            old.unlink(missing_ok=True)
+def _auth_file(temp: Path, auth: dict) -> Iterator[Path]:
+    """The resolved cloud auth for the vars plugin, 0600 in the run's own temp, gone after the run."""
+    path = temp / "auth.json"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(auth, f)
@@ -186,7 +182,7 @@ def _auth_file(runtime: Path, auth: dict) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _run_temp(path: Path) -> Iterator[Path]:
-    """The run's own temporary folder (Ansible's local temp and TMPDIR), 0700, gone after the run.
+    """The run's own temporary folder (the handed-over auth, Ansible's local temp, TMPDIR), 0700, gone after the run.
 
     `copy content=` stages the idle-killer's credential in Ansible's local temp before sending it: in
     ~/.ansible/tmp a killed run would leave it for good; here the next run (or the orphan watcher) clears it.
@@ -272,8 +268,8 @@ def run_playbook(
         with (
             _ended_with_us(token, temp),
             open(log_path, "w", encoding="utf-8") as log,
-            _auth_file(runtime, cloud_auth) as auth_path,
             _run_temp(temp),
+            _auth_file(temp, cloud_auth) as auth_path,
             _without_secrets(),
         ):
             os.chmod(log_path, 0o600)

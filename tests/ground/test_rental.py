@@ -615,4 +615,4 @@ def test_no_secret_reaches_the_logs_state_or_runner_artifacts(life):
     assert any(p.suffix == ".log" for p in files) and any(p.name == "command" for p in files)
     leaking = [str(p) for p in files if password.encode() in p.read_bytes()]
     assert leaking == []
-    assert not list((project / ".gpu-rent").rglob("auth-*.json"))  # the handed-over auth is gone
+    assert not list((project / ".gpu-rent").rglob("auth*.json"))  # the handed-over auth is gone
