@@ -27,6 +27,8 @@ from dotenv.parser import parse_stream
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack.config.cloud_region import CloudRegion
 
+from gpu_rent import swarmui_versions
+
 VARS_FILE = "gpu-rent.vars"
 ENV_FILE = ".env"
 RUNTIME_DIR = ".gpu-rent"
@@ -103,7 +105,11 @@ KEYS: dict[str, Key] = {
     "EXTERNAL_NETWORK": Key("text", None, "network for the floating IP (empty: the cloud's only external one)"),
     "SUBNET_CIDR": Key("an IPv4 network of /29 or larger, e.g. 192.168.77.0/24", "192.168.77.0/24", "private subnet"),
     "SWARMUI_REPO": Key("text", "https://github.com/mcmonkeyprojects/SwarmUI.git", "git URL SwarmUI is cloned from"),
-    "SWARMUI_VERSION": Key("text", "master", "branch, tag or commit of SwarmUI"),
+    "SWARMUI_VERSION": Key(
+        f"a branch, tag or commit; {swarmui_versions.MINIMUM_LABEL} or newer",
+        swarmui_versions.PINNED,
+        f"branch, tag or commit of SwarmUI; the default is {swarmui_versions.PINNED_LABEL}, checked with gpu-rent",
+    ),
     "REQUIRE_GPU": Key("true/false, yes/no, on/off or 1/0", True, "refuse to continue when the VM shows no GPU"),
 }
 

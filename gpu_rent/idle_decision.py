@@ -5,11 +5,28 @@ that every rule is tested here, exhaustively, and the very same file runs on
 the VM (the idle_killer role installs it beside the program that gathers the
 observation and acts). Standard library only: the VM has no gpu-rent.
 
-The order of the rules is the order of SPEC §7: a hold and the grace after a
-boot keep the VM whatever else is true; then any sign of work keeps it and
-restarts the empty-queue clock; an unreachable SwarmUI or a backend that is
-not running counts as busy only up to a cap, so that nothing keeps a VM alive
-forever; then the clock runs, and the VM goes when it has run IDLE_MINUTES.
+The rules, in order (SPEC §7, with the order of work and trouble fixed by issue 13):
+
+1. a hold in the future keeps the VM;
+2. so does the grace after a boot (or an unshelve, or an arming);
+3. so does a valid seeding lock, and a partial download being written;
+4. any sign of work keeps it and restarts the empty-queue clock, whatever else is
+   wrong: a GetGlobalStatus counter above 0, or a prompt in any ComfyUI's own
+   queue - even when SwarmUI's aggregate backend_status says errored (it does as
+   soon as ANY backend errored, BackendHandler.CurrentBackendStatus), or SwarmUI
+   answers with an error;
+5. trouble - the data volume not mounted or without its marker, SwarmUI not
+   answering or answering with an error, none of gpu-rent's own ComfyUI backends
+   running (read from ListBackends, not the aggregate: a user's extra errored
+   backend is no trouble while one of ours runs), a ComfyUI that runs but does
+   not tell its queue - counts as busy only up to a cap, so that no trouble keeps
+   a VM alive for ever;
+6. then the clock runs, and the VM goes when it has run IDLE_MINUTES.
+
+Work has no cap, on purpose: the product never deletes a VM while work runs. A
+counter that never drops (a prompt hung in ComfyUI) keeps the VM until someone
+looks: `gpu-rent status` names it in the killer's line. SwarmUI itself ends a
+generation waiting for a backend after Backends.MaxTimeoutMinutes (120).
 """
 
 from __future__ import annotations
@@ -20,6 +37,10 @@ KEEP = "keep"
 DELETE = "delete"
 # GetGlobalStatus counters (swarmui-api research): work waiting or running in SwarmUI.
 BUSY_COUNTERS = ("waiting_gens", "live_gens", "waiting_backends", "loading_models")
+# gpu-rent's own backends: ComfyUI self-started from this script (roles/swarmui writes it so in
+# Data/Backends.fds, one backend per GPU).
+OUR_BACKEND_TYPE = "comfyui_selfstart"
+OUR_START_SCRIPT = "dlbackend/ComfyUI/main.py"
 
 
 @dataclass(frozen=True)
@@ -33,12 +54,21 @@ class Limits:
 class Observation:
     now: float  # unix time of this tick
     booted_at: float  # unix time of the boot (or unshelve) this VM life started with
-    status: dict | None = None  # GetGlobalStatus's answer; None when SwarmUI did not answer
-    error: str | None = None  # why SwarmUI did not answer (or answered with an error)
-    comfy_queue: int = 0  # prompts in the ComfyUI backend's own queue
+    # GetGlobalStatus's answer, or the error SwarmUI answered with ({"error_id", "error", "route"});
+    # None when SwarmUI did not answer
+    status: dict | None = None
+    error: str | None = None  # why SwarmUI did not answer
+    # the status of each of gpu-rent's own backends in ListBackends (our_backends); None when
+    # ListBackends was not read: then SwarmUI's aggregate backend_status is all there is
+    backends: tuple[str, ...] | None = None
+    backends_error: str | None = None  # why ListBackends was not read
+    comfy_queue: int = 0  # prompts running or waiting in the ComfyUI processes' own queues
+    # ports of ComfyUI processes that run but did not tell their queue: it may hold prompts
+    comfy_silent: tuple[int, ...] = ()
     downloads: tuple[str, ...] = ()  # *.download.tmp / *.tmp files under Models changed lately
     seeding_until: float | None = None  # the seeding lock's "valid until", when the lock exists
     hold_until: float | None = None  # /mnt/swarm_data/.gpu-rent-hold-until, when it exists
+    data_volume: str | None = None  # what is wrong with the data volume ("not mounted at ..."); None: fine
 
 
 @dataclass(frozen=True)
@@ -80,6 +110,10 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         return keep(f"download of {seen.downloads[0]}{more}")
 
     trouble = _trouble(seen)
+    work = _work(seen)
+    if work:  # work seen is work done: whatever is wrong besides, the cap counts from when it ends
+        return keep(f"{work}; {trouble}" if trouble else work, troubled_since=None)
+
     idle_since = memory.idle_since
     if trouble is not None:
         since = memory.troubled_since if memory.troubled_since is not None else now
@@ -93,10 +127,8 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         reason = f"{trouble} for {_minutes(now - since)}"
     else:
         memory = replace(memory, troubled_since=None)
-        work = _work(seen)
-        if work:
-            return keep(work)
-        reason = "queue empty"
+        running = backends_line(seen.backends)
+        reason = f"queue empty, {running}" if running else "queue empty"
 
     idle_since = idle_since if idle_since is not None else now
     memory = replace(memory, idle_since=idle_since)
@@ -107,25 +139,83 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
 
 
 def _trouble(seen: Observation) -> str | None:
-    """Why SwarmUI cannot say whether it works: no answer, an error, or no running backend."""
+    """Why SwarmUI cannot work, most basic first; None when one of our backends runs."""
+    if seen.data_volume:
+        return f"data volume {seen.data_volume}"
     if seen.status is None:
-        return f"SwarmUI not answering ({' '.join((seen.error or 'no reply').split())[:120]})"
+        return f"SwarmUI not answering ({_line(seen.error or 'no reply')})"
     if "error" in seen.status or "error_id" in seen.status:
-        return f"SwarmUI answers with an error ({seen.status.get('error_id') or seen.status.get('error')})"
+        return f"SwarmUI answers {_api_error(seen.status)}"
+    if seen.backends is not None:
+        if not seen.backends:
+            return f"no ComfyUI backend of gpu-rent's ({OUR_START_SCRIPT}) in SwarmUI's backends"
+        if "running" not in seen.backends:
+            return backends_line(seen.backends)
+        return _silent_comfy(seen)
+    # ListBackends unread: only SwarmUI's aggregate, which says errored when any backend errored
     backend = (seen.status.get("backend_status") or {}).get("status")
     if backend not in ("running", "some_loading"):  # some_loading: running, with a model loading
         # SwarmUI's "idle" means no backend started; "loading" is a start under way
-        return f"backend {backend or 'unknown'}, not running"
-    return None
+        why = f" (ListBackends: {_line(seen.backends_error)})" if seen.backends_error else ""
+        return f"backend {backend or 'unknown'}, not running{why}"
+    return _silent_comfy(seen)
+
+
+def _silent_comfy(seen: Observation) -> str | None:
+    """A ComfyUI that runs but does not tell its queue may be working (the Comfy Workflow tab's
+    prompts are in no SwarmUI counter): never read as an empty queue, only as capped trouble."""
+    if not seen.comfy_silent:
+        return None
+    ports = ", ".join(str(p) for p in seen.comfy_silent)
+    return f"ComfyUI on port {ports} does not tell its queue"
 
 
 def _work(seen: Observation) -> str | None:
-    """Work in SwarmUI or its ComfyUI backend, in words; None when there is none."""
-    counters = seen.status.get("status") or {}
+    """Work in SwarmUI or its ComfyUI backends, in words; None when there is none."""
+    counters = (seen.status or {}).get("status")
+    counters = counters if isinstance(counters, dict) else {}
     busy = [f"{int(counters[k])} {k.replace('_', ' ')}" for k in BUSY_COUNTERS if _count(counters.get(k)) > 0]
     if seen.comfy_queue > 0:
         busy.append(f"{seen.comfy_queue} in the ComfyUI queue")
     return ", ".join(busy) or None
+
+
+def backends_line(backends: tuple[str, ...] | None) -> str | None:
+    """'2 of 2 ComfyUI backends running', with the others' states: '1 of 2 ... running (1 errored)'."""
+    if not backends:
+        return None
+    running = backends.count("running")
+    others = sorted({s for s in backends if s != "running"})
+    rest = f" ({', '.join(f'{backends.count(s)} {s}' for s in others)})" if others else ""
+    noun = "backend" if len(backends) == 1 else "backends"
+    return f"{running} of {len(backends)} ComfyUI {noun} running{rest}"
+
+
+def our_backends(listing: object, start_script: str = OUR_START_SCRIPT) -> tuple[str, ...]:
+    """The status of each of gpu-rent's backends in ListBackends' answer (an object keyed by id,
+    each value BackendAPI.BackendToNet's shape): self-start ComfyUI from our start script, enabled."""
+    found = []
+    entries = listing.values() if isinstance(listing, dict) else ()
+    for entry in sorted((e for e in entries if isinstance(e, dict)), key=lambda e: str(e.get("id"))):
+        settings = entry.get("settings") if isinstance(entry.get("settings"), dict) else {}
+        # SwarmUI trims these characters off StartScript before it launches it (ComfyUISelfStartBackend.Init)
+        script = str(settings.get("StartScript") or "").strip(" \"'\n\r\t").replace("\\", "/")
+        ours = script == start_script or script.endswith("/" + start_script)
+        if entry.get("type") == OUR_BACKEND_TYPE and ours and entry.get("enabled", True) is not False:
+            found.append(str(entry.get("status") or "unknown").lower())
+    return tuple(found)
+
+
+def _api_error(answer: dict) -> str:
+    """'GetGlobalStatus with bad_permissions (You lack permissions for this route.)'"""
+    route = f"{answer['route']} " if answer.get("route") else ""
+    error_id, error = answer.get("error_id"), answer.get("error")
+    said = f"{error_id} ({_line(error)})" if error_id and error else _line(error_id or error)
+    return f"{route}with {said}" if route else f"with an error: {said}"
+
+
+def _line(text: str) -> str:
+    return " ".join(str(text).split())[:160]
 
 
 def _count(value: object) -> int:

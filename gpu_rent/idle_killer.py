@@ -8,6 +8,12 @@ beside it), so it is standard library only. Commands:
           the server when the decision says so
   check   authenticate with the credential only, and record whether Keystone accepts it
 
+What a tick looks at: SwarmUI's GetGlobalStatus (every session's counters) and ListBackends (our
+self-start ComfyUI backends, one per GPU) in one session kept from tick to tick; the queue of every
+ComfyUI process in swarmui.service's cgroup, at the port its command line names (the port moves at
+each launch); partial downloads under Models; the seeding lock, the hold, and the data volume's
+mount and marker. SwarmUI's errors are read from their HTTP 401/400 bodies and named by error_id.
+
 The config (/root/.gpu-rent/idle-killer.json, 0600) holds the credential; the status file holds
 no secret, and is what `gpu-rent status` reads over SSH.
 """
@@ -28,13 +34,36 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 try:
-    from gpu_rent.idle_decision import DELETE, Decision, Limits, Memory, Observation, decide
+    from gpu_rent.idle_decision import (
+        DELETE,
+        OUR_START_SCRIPT,
+        Decision,
+        Limits,
+        Memory,
+        Observation,
+        backends_line,
+        decide,
+        our_backends,
+    )
 except ImportError:  # on the VM: idle_decision.py lies beside this file
-    from idle_decision import DELETE, Decision, Limits, Memory, Observation, decide  # type: ignore[no-redef]
+    from idle_decision import (  # type: ignore[no-redef]
+        DELETE,
+        OUR_START_SCRIPT,
+        Decision,
+        Limits,
+        Memory,
+        Observation,
+        backends_line,
+        decide,
+        our_backends,
+    )
 
 # journald reads a "<N>" prefix as the line's priority: 2 crit, 4 warning, 6 info
 CRIT, WARNING, INFO = "<2>", "<4>", "<6>"
 HTTP_TIMEOUT = 10
+# ComfyUI answers its routes while a prompt runs (aiohttp beside the execution thread); a busy GPU
+# host may make it slow, so it is given more than a moment before it counts as not answering.
+COMFY_TIMEOUT = 5
 # A "*.tmp" under Models written to within this long means a download runs (SwarmUI's own
 # downloads write <name>.download.tmp, its workflow auto-downloads <file>.tmp).
 DOWNLOAD_FRESH_SECONDS = 120
@@ -54,9 +83,18 @@ class Config:
     grace_seconds: float = 2700
     cap_seconds: float = 3600
     swarmui_url: str = "http://127.0.0.1:7801"
-    # ComfyUI's own queue (the Comfy Workflow tab can bypass SwarmUI's counters); self-started
-    # backends take ports from 7820 on.
-    comfy_ports: tuple[int, ...] = tuple(range(7820, 7830))
+    # gpu-rent's backends in ListBackends: self-start ComfyUI from this script (roles/swarmui)
+    comfy_start_script: str = OUR_START_SCRIPT
+    # ComfyUI's own queues (the Comfy Workflow tab can bypass SwarmUI's counters) are read at the
+    # ports of the ComfyUI processes in this unit's cgroup; comfy_ports, when given, instead.
+    swarmui_unit: str = "swarmui.service"
+    cgroup_root: str = "/sys/fs/cgroup"
+    proc_root: str = "/proc"
+    comfy_ports: tuple[int, ...] = ()
+    # the data volume SwarmUI's folders are bound from, and the file that says gpu-rent made it;
+    # an empty data_mount: not checked
+    data_mount: str = "/mnt/swarm_data"
+    data_marker: str = ".gpu-rent-ready"
     models_dirs: tuple[str, ...] = ("/mnt/swarm_data/Models",)
     hold_file: str = "/mnt/swarm_data/.gpu-rent-hold-until"
     seeding_lock: str = "/run/gpu-rent/seeding"
@@ -70,7 +108,7 @@ class Config:
     def load(cls, path: Path) -> Config:
         raw = json.loads(path.read_text())
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
-        for key in ("comfy_ports", "models_dirs"):
+        for key in ("comfy_ports", "models_dirs"):  # JSON lists
             if key in known:
                 known[key] = tuple(known[key])
         for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds", "tick_seconds"):
@@ -93,41 +131,165 @@ class Unreachable(Exception):
 
 # ------------------------------------------------------------------ looking
 def _post_json(url: str, body: dict, timeout: float = HTTP_TIMEOUT) -> dict:
+    """A POST and its JSON object. SwarmUI's API errors are answers too: src/WebAPI/API.cs sends
+    HTTP 401 for an unknown session (error_id invalid_session_id) and HTTP 400 for the others
+    (bad_permissions, bad_route, basic_api ...), each with the JSON error as its body."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=timeout) as reply:
-        return json.loads(reply.read() or b"{}")
-
-
-def swarm_status(url: str, session_id: str | None) -> tuple[dict | None, str | None, str | None]:
-    """GetGlobalStatus (all sessions' counters, not this caller's): (answer, error, session id)."""
     try:
-        for _ in range(2):
-            if not session_id:
-                session_id = _post_json(f"{url}/API/GetNewSession", {}).get("session_id")
-            answer = _post_json(f"{url}/API/GetGlobalStatus", {"session_id": session_id})
-            if answer.get("error_id") == "invalid_session_id":  # SwarmUI restarted: sessions are gone
-                session_id = None
-                continue
-            return answer, None, session_id
-        return None, "SwarmUI refuses every new session", None
-    except (OSError, ValueError) as e:
-        return None, _why(e), None
-
-
-def comfy_queue(ports: tuple[int, ...]) -> int:
-    """Prompts running or pending in every ComfyUI that answers on 127.0.0.1 at one of the ports."""
-    total = 0
-    for port in ports:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            answer = json.loads(reply.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        if not 400 <= e.code < 500:
+            raise
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/queue", timeout=2) as reply:
-                queue = json.loads(reply.read())
+            answer = json.loads(e.read() or b"{}")
         except (OSError, ValueError):
-            continue  # nothing there, or not a ComfyUI
-        if isinstance(queue, dict):
-            total += sum(len(queue.get(k) or ()) for k in ("queue_running", "queue_pending"))
-    return total
+            raise e from None
+        if not _is_error(answer):
+            raise e from None
+    if not isinstance(answer, dict):
+        raise ValueError(f"not a JSON object: {str(answer)[:60]}")
+    return answer
+
+
+def _is_error(answer: object) -> bool:
+    return isinstance(answer, dict) and ("error_id" in answer or "error" in answer)
+
+
+@dataclass(frozen=True)
+class SwarmLook:
+    status: dict | None  # GetGlobalStatus's answer, or the error it answered with (+ "route")
+    error: str | None  # why SwarmUI did not answer
+    backends: tuple[str, ...] | None  # our backends' states from ListBackends; None: not read
+    backends_error: str | None  # why ListBackends was not read
+    session_id: str | None  # the session to reuse next tick
+
+
+def swarm_look(url: str, session_id: str | None, start_script: str = OUR_START_SCRIPT) -> SwarmLook:
+    """GetGlobalStatus (all sessions' counters, not this caller's) and ListBackends, in one session.
+
+    The session is kept from tick to tick (SwarmUI keeps sessions across its restarts, in
+    Data/Users.ldb); one SwarmUI does not know (HTTP 401 invalid_session_id) is replaced at once,
+    within the tick. Any other error is the answer, named by its error_id."""
+    session = [session_id]
+
+    def call(route: str) -> dict:
+        for _ in range(2):
+            if not session[0]:
+                new = _post_json(f"{url}/API/GetNewSession", {})
+                if _is_error(new) or not isinstance(new.get("session_id"), str):
+                    return {"error": "no session_id in its answer"} | new | {"route": "GetNewSession"}
+                session[0] = new["session_id"]
+            answer = _post_json(f"{url}/API/{route}", {"session_id": session[0]})
+            if answer.get("error_id") != "invalid_session_id":
+                return answer | {"route": route} if _is_error(answer) else answer
+            session[0] = None  # unknown to SwarmUI (expired, or its Data lost): a new one, now
+        return answer | {"route": route}  # a session SwarmUI made a moment ago, refused
+
+    try:
+        status = call("GetGlobalStatus")
+    except (OSError, ValueError) as e:
+        return SwarmLook(None, _why(e), None, None, session[0])
+    if _is_error(status):
+        return SwarmLook(status, None, None, None, session[0])
+    backends, backends_error = None, None
+    try:
+        listing = call("ListBackends")
+        if _is_error(listing):
+            backends_error = f"{listing.get('error_id') or ''} {listing.get('error') or ''}".strip()
+        else:
+            backends = our_backends(listing, start_script)
+    except (OSError, ValueError) as e:
+        backends_error = _why(e)
+    return SwarmLook(status, None, backends, backends_error, session[0])
+
+
+def unit_pids(cgroup_root: str, unit: str, proc: str = "/proc") -> list[int]:
+    """The processes of a systemd service: its cgroup's (cgroup v2), else every process whose
+    /proc/<pid>/cgroup names the unit (cgroup v1, or a cgroup tree mounted elsewhere)."""
+    top = Path(cgroup_root, "system.slice", unit)
+    if top.is_dir():
+        pids = []
+        for folder, _dirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    pids += [int(p) for p in Path(folder, "cgroup.procs").read_text().split()]
+        return pids
+    pids = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(proc):
+            if not entry.name.isdigit():
+                continue
+            try:
+                lines = Path(entry.path, "cgroup").read_text().splitlines()
+            except OSError:
+                continue  # ended meanwhile
+            if any(unit in line.split(":", 2)[-1].split("/") for line in lines):
+                pids.append(int(entry.name))
+    return pids
+
+
+def comfy_port(argv: list[str]) -> int | None:
+    """The port of a ComfyUI from its command line, None when it is none: SwarmUI starts it as
+    `<venv>/bin/python3 -s main.py <ExtraArgs> --port N <args>` (NetworkBackendUtils.DoSelfStart;
+    ComfyUI's comfy/cli_args.py reads --port, the last one given)."""
+    if not any(os.path.basename(a) == "main.py" for a in argv):
+        return None
+    port = None
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv):
+            port = argv[i + 1]
+        elif arg.startswith("--port="):
+            port = arg.split("=", 1)[1]
+    try:
+        return int(port) if port is not None else None
+    except ValueError:
+        return None
+
+
+def live_comfy_ports(cgroup_root: str, unit: str, proc: str = "/proc") -> tuple[int, ...]:
+    """The ports of the ComfyUI processes SwarmUI runs now. They move: the first gets 7821, each
+    (re)launch the next (NetworkBackendUtils.GetNextPort), +0..1999 with BackendPortRandomize."""
+    ports = set()
+    for pid in unit_pids(cgroup_root, unit, proc):
+        try:
+            argv = Path(proc, str(pid), "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # ended meanwhile
+        port = comfy_port(argv)
+        if port is not None:
+            ports.add(port)
+    return tuple(sorted(ports))
+
+
+def comfy_queues(ports: tuple[int, ...]) -> list[dict]:
+    """Each ComfyUI's own queue, running and pending (ComfyUI server.py GET /prompt:
+    exec_info.queue_remaining); None for one that does not answer (still loading, or gone)."""
+    found = []
+    for port in ports:
+        queue = None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/prompt", timeout=COMFY_TIMEOUT) as reply:
+                answer = json.loads(reply.read())
+            queue = int(answer["exec_info"]["queue_remaining"])
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        found.append({"port": port, "queue": queue})
+    return found
+
+
+def data_volume_problem(mount: str, marker: str) -> str | None:
+    """What is wrong with the data volume, in words; None when it is mounted with its marker (a VM
+    the cloud booted without gpu-rent may run SwarmUI on the boot disk's empty folders)."""
+    if not mount:
+        return None
+    if not os.path.ismount(mount):
+        return f"not mounted at {mount}"
+    if not os.path.exists(os.path.join(mount, marker)):
+        return f"at {mount} lacks its marker {marker}"
+    return None
 
 
 def fresh_downloads(dirs: tuple[str, ...], now: float, fresh: float = DOWNLOAD_FRESH_SECONDS) -> tuple[str, ...]:
@@ -288,20 +450,26 @@ def status_lock(path: Path):
         yield
 
 
-def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, str | None]:
-    """One look at everything that may keep the VM; also the SwarmUI session to reuse next tick."""
-    answer, error, session_id = swarm_status(cfg.swarmui_url, status.get("session_id"))
+def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLook, list[dict]]:
+    """One look at everything that may keep the VM; also what SwarmUI and its ComfyUIs said."""
+    swarm = swarm_look(cfg.swarmui_url, status.get("session_id"), cfg.comfy_start_script)
+    ports = cfg.comfy_ports or live_comfy_ports(cfg.cgroup_root, cfg.swarmui_unit, cfg.proc_root)
+    comfy = comfy_queues(ports)
     seen = Observation(
         now=now,
         booted_at=max(float(status.get("booted_at") or now), cfg.armed_at),
-        status=answer,
-        error=error,
-        comfy_queue=comfy_queue(cfg.comfy_ports),
+        status=swarm.status,
+        error=swarm.error,
+        backends=swarm.backends,
+        backends_error=swarm.backends_error,
+        comfy_queue=sum(c["queue"] or 0 for c in comfy),
+        comfy_silent=tuple(c["port"] for c in comfy if c["queue"] is None),
         downloads=fresh_downloads(cfg.models_dirs, now),
         seeding_until=read_time(cfg.seeding_lock),
         hold_until=read_time(cfg.hold_file),
+        data_volume=data_volume_problem(cfg.data_mount, cfg.data_marker),
     )
-    return seen, session_id
+    return seen, swarm, comfy
 
 
 def tick(cfg: Config, now: float | None = None, say=print) -> dict:
@@ -313,7 +481,7 @@ def _tick(cfg: Config, now: float | None, say) -> dict:
     path = Path(cfg.status_file)
     before = load_status(path)
     now = time.time() if now is None else now
-    seen, session_id = observe(cfg, before, now)
+    seen, swarm, comfy = observe(cfg, before, now)
     memory = Memory(**before["memory"])
     decision = decide(seen, cfg.limits(), memory)
     credential = dict(before["credential"] or {})
@@ -323,9 +491,13 @@ def _tick(cfg: Config, now: float | None, say) -> dict:
         "booted_at": before.get("booted_at") or now,
         "armed_at": cfg.armed_at,
         "tick_at": now,
-        "session_id": session_id,
+        "session_id": swarm.session_id,
         "action": decision.action,
         "reason": decision.reason,
+        # gpu-rent's ComfyUI backends in SwarmUI ("2 of 2 ComfyUI backends running"), and each
+        # ComfyUI process found with its own queue (None: it does not answer yet)
+        "backends": backends_line(seen.backends),
+        "comfyui": comfy,
         "fires_at": decision.fires_at,
         "memory": asdict(decision.memory),
         "limits": asdict(cfg.limits()),

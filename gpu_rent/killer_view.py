@@ -109,6 +109,9 @@ def _describe(status: dict | None, now: float) -> str:
         if fires_at
         else f"armed, kept alive by: {reason}"
     )
+    backends = status.get("backends")  # "2 of 2 ComfyUI backends running", when SwarmUI listed them
+    if backends and str(backends) not in reason:
+        line += f"; {backends}"
     if credential.get("state") == "unreachable":
         line += f"; Keystone unreachable at the last check ({credential.get('message')})"
     return line + _expiry_warning(status.get("credential_expires_at"), now)

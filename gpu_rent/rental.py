@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_rent import cloud, token_cache
+from gpu_rent import cloud, swarmui_versions, token_cache
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
@@ -73,8 +73,16 @@ class PlanItem:
     detail: str = ""
 
 
+def refuse_unsupported(settings: Settings) -> None:
+    """A SwarmUI version known to lack what the idle-killer needs is bad input, refused before the cloud is asked."""
+    why = swarmui_versions.refusal(settings.swarmui_version)
+    if why:
+        raise ConfigError(VARS_FILE, why, key="SWARMUI_VERSION")
+
+
 def preflight(settings: Settings, view: cloud.CloudView, conn) -> None:
     """Names in gpu-rent.vars that the cloud does not have: bad input, refused before anything is created."""
+    refuse_unsupported(settings)
     for name in settings.flavors():
         if conn.compute.find_flavor(name, ignore_missing=True) is None:
             key = "FLAVOR" if name == settings.flavor else "FLAVOR_FALLBACK"
@@ -194,6 +202,7 @@ class Rental:
 
     def up(self, confirm: Callable[[list[PlanItem]], bool], extra: dict | None = None) -> tuple[State, PlaybookResult]:
         self.settings.ssh_public_key()  # a missing key is bad input: before anything is rented
+        refuse_unsupported(self.settings)
         cidr = self.settings.resolved_operator_cidr()
         with self.store.lock("up"):
             state = load_state(self.store, self.say)

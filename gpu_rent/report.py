@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import cloud, killer_view, tunnel_record
+from gpu_rent import cloud, killer_view, swarmui_versions, tunnel_record
 from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.rental import connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
@@ -209,6 +209,9 @@ class Check:
 
 def doctor_checks(settings: Settings) -> list[Check]:
     checks: list[Check] = []
+    why = swarmui_versions.refusal(settings.swarmui_version)
+    shown = swarmui_versions.PINNED_LABEL if settings.swarmui_version == swarmui_versions.PINNED else None
+    checks.append(Check("swarmui version", why is None, why or shown or settings.swarmui_version))
     try:
         settings.ssh_public_key()
         checks.append(Check("ssh key", True, str(settings.ssh_key)))

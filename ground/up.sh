@@ -84,7 +84,7 @@ OPERATOR_CIDR=$EXT_GW/32
 SSH_USER=root
 PRICE_PER_HOUR=1.35
 SWARMUI_REPO=git://$EXT_GW/SwarmUI.git
-SWARMUI_VERSION=0.9.7-standin
+SWARMUI_VERSION=0.9.8.2-standin
 # The ground's hosts have no GPU; on a real cloud a missing GPU is an error.
 REQUIRE_GPU=false
 CONF

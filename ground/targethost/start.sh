@@ -18,17 +18,10 @@ if ! ip link show "$bridge" >/dev/null 2>&1; then
 fi
 ip link set "$bridge" up
 
-# The SwarmUI stand-in as a git repository, as the swarmui role will clone it
-standin=$G/git/SwarmUI.git
+# The SwarmUI stand-in and its extensions as git repositories, as the swarmui and seed roles clone them
+# (publish-standin.sh re-publishes the working copy to a running ground)
 rm -rf "$G/git"; mkdir -p "$G/git"
-work=$(mktemp -d)
-cp -a "$GROUND_SRC/swarmui-standin/." "$work/"
-git -C "$work" init -q -b master
-git -C "$work" add -A
-git -C "$work" -c user.name=ground -c user.email=ground@localhost commit -q -m "SwarmUI stand-in"
-git -C "$work" tag 0.9.7-standin
-git clone -q --bare "$work" "$standin"
-rm -rf "$work"
+"$GROUND_SRC/targethost/publish-standin.sh"
 start_bg git-daemon "$LOG/git-daemon.log" git daemon --reuseaddr --export-all --base-path="$G/git" \
   --listen="$EXT_GW" --port=9418 "$G/git"
 

@@ -41,7 +41,7 @@ from tests.groundkit import CLOUDS_YAML, PROJECT, Cloud, connect, require_ground
 
 BIN = Path(sys.executable).parent
 SECRET = "not-the-password-4711"  # never to be shown, whatever the mistake
-TIMEOUT = 60  # a refusal takes seconds; a command still running after this has started renting
+TIMEOUT = 120  # a refusal takes seconds (tens beside the background runs); still running after this, it rents
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,13 @@ CASES = [
     Case("fallback pool the cloud lacks", ("dry-run",), 2,
          r"error: gpu-rent\.vars: POOL_FALLBACK: ru-9z: no such pool here \(pools: [^)]*ru-7a[^)]*\)",
          vars_lines="POOL_FALLBACK=ru-9z\n"),
+    Case("SwarmUI pinned before GetGlobalStatus", UP, 2,
+         r"error: gpu-rent\.vars: SWARMUI_VERSION=0\.9\.7-Beta is older than 0\.9\.8-Beta, the first release with "
+         r"GetGlobalStatus: the idle-killer could not see a running generation\. .*",
+         vars={"SWARMUI_VERSION": "0.9.7-Beta"}),
+    Case("SwarmUI pinned before GetGlobalStatus, dry-run", ("dry-run",), 2,
+         r"error: gpu-rent\.vars: SWARMUI_VERSION=v0\.9\.6 is older than 0\.9\.8-Beta, .*",
+         vars={"SWARMUI_VERSION": "v0.9.6"}),
     # --- the cloud itself
     Case("cloud unreachable (OS_AUTH_URL)", UP, 4,
          r"error: cannot reach the cloud \(OS_AUTH_URL \(http://127\.0\.0\.1:9/v3\), project gpu-rent\): "
@@ -274,7 +281,7 @@ def make_project(root: Path, case: Case) -> Project:
     hex8 = uuid.uuid4().hex[:8]
     name = f"T{hex8}" if case.bad_name else f"tbad-{hex8}"  # a capital letter is no valid NAME
     project = Project(case, root / re.sub(r"[^a-z0-9]+", "-", case.id.lower()).strip("-"), name)
-    shutil.copytree(PROJECT, project.dir)
+    shutil.copytree(PROJECT, project.dir, ignore=shutil.ignore_patterns(".gpu-rent"))  # a new project: no state
     project.vars_line = _edit(project.dir / "gpu-rent.vars", case.vars, case.vars_lines, tail=f"NAME={name}\n")
     project.env_line = _edit(project.dir / ".env", case.env, case.env_lines)
     if case.prepare:
@@ -348,7 +355,7 @@ def _selected(request) -> list[Case]:
 def _destroy(name: str, root: Path) -> None:
     """Should a case have rented after all: what it made goes, through the product's own destroy."""
     project = root / f"destroy-{name}"
-    shutil.copytree(PROJECT, project)
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(".gpu-rent"))
     _edit(project / "gpu-rent.vars", {}, "", tail=f"NAME={name}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
     for command in (["tunnel", "--close"], ["destroy", "--i-understand-data-loss", "--no-pull"]):

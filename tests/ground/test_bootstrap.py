@@ -22,7 +22,7 @@ ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 # What the project vars plugin gives on the ground (.ground/project/gpu-rent.vars).
 GROUND_VARS = {
     "gpu_rent_swarmui_repo": "git://10.231.7.1/SwarmUI.git",
-    "gpu_rent_swarmui_version": "0.9.7-standin",
+    "gpu_rent_swarmui_version": "0.9.8.2-standin",
     "gpu_rent_require_gpu": False,
 }
 PORT = 7801
@@ -89,13 +89,9 @@ def global_status(address: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def rented(member_conn, net):
-    """One rented host with a blank data volume: (address, data volume id)."""
-    cloud = Cloud(member_conn)
-    try:
-        yield rent_host(cloud, net)
-    finally:
-        cloud.close()
+def rented(bootstrapped):
+    """The session's bootstrapped host, whose data volume was blank: (address, data volume id)."""
+    return bootstrapped[0]
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +100,8 @@ def host(rented):
 
 
 @pytest.fixture(scope="module")
-def first_run(rented, tmp_path_factory):
-    return run_bootstrap(rented, tmp_path_factory.mktemp("bootstrap"))
+def first_run(bootstrapped):
+    return bootstrapped[1]
 
 
 def test_bootstrap_brings_swarmui_up_through_the_bind_mounts(host, first_run):
@@ -117,7 +113,7 @@ def test_bootstrap_brings_swarmui_up_through_the_bind_mounts(host, first_run):
     check = ssh(host, "ls /mnt/swarm_data/dlbackend/ComfyUI/main.py /mnt/swarm_data/Data/Settings.fds "
                       "/mnt/swarm_data/Data/Backends.fds && git -C /opt/swarmui describe --tags")  # fmt: skip
     assert check.returncode == 0, check.stderr
-    assert check.stdout.splitlines()[-1] == "0.9.7-standin"
+    assert check.stdout.splitlines()[-1] == "0.9.8.2-standin"
 
 
 def test_swarmui_listens_on_127_0_0_1_only(host, first_run):

@@ -6,6 +6,8 @@ One project walks through all of them in order, each fault met by running the sa
 After every fault: every server and floating IP of the project is one that `status` names, both
 volumes are the ones the first up made (never re-created, never in error), and what was written to
 the data volume is still there. At the end no secret is in any file gpu-rent wrote.
+
+The up walk begins in the background with the session (see Walk); the stop faults follow it here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -24,11 +27,13 @@ import pytest
 import yaml
 
 from gpu_rent.orphans import PROJECT_MARK, marked
+from tests.ground import molecule_runs
 from tests.ground.test_rental import BIN, Ours, gpu_rent, make_project, state, status
-from tests.groundkit import CLOUDS_YAML, REPO, ssh, wait_until
+from tests.groundkit import CLOUDS_YAML, REPO, connect, require_ground, ssh, wait_until
 
-# The idle-killer would delete an idle VM after one minute, were it not for the grace after arming.
-FAULT_VARS = "IDLE_MINUTES=1\nIDLE_GRACE_MINUTES=20\n"
+# The idle-killer would delete an idle VM after one minute, were it not for the grace after arming
+# (long: the walk begins with the session and the stop test follows some modules later).
+FAULT_VARS = "IDLE_MINUTES=1\nIDLE_GRACE_MINUTES=120\n"
 SENTINEL = "/mnt/swarm_data/Output/fault-suite.txt"
 KILLER = "/usr/local/lib/gpu-rent/idle-killer/idle_killer.py"
 
@@ -115,7 +120,7 @@ class Rental:
         proc.send_signal(sig)
         proc.wait(timeout=60)
         # the playbook does not rent on without its command (the run's watcher ends it)
-        wait_until(f"the playbook to end with {' '.join(args)}", lambda: not playbook_processes(self.project), 15)
+        wait_until(f"the playbook to end with {' '.join(args)}", lambda: not playbook_processes(self.project), 30)
         self.faults.append(f"{'kill -9' if sig == signal.SIGKILL else 'Ctrl+C'} {' '.join(args)}: {what}")
         return proc, out
 
@@ -154,18 +159,71 @@ class Rental:
         return self.converged_invariants("up converged")
 
 
+class Walk:
+    """The up walk, started in the background with the session (conftest.py) and judged here.
+
+    It is a dozen ups, run beside the first ground modules (using the CPU the suite alone leaves
+    idle) instead of after them; nothing in it touches another project (its one iptables rule names
+    its own VM). The stop test goes on from where it ended, in the foreground: it takes Neutron away."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.rental: Rental | None = None
+        self.error: BaseException | None = None
+        self.destroyed = False
+
+    def start(self) -> None:
+        if self.thread is not None:
+            return
+        name = f"f{uuid.uuid4().hex[:6]}"
+        project = make_project(Path(tempfile.mkdtemp(prefix="gpu-rent-faults-")), name)
+        with open(project / "gpu-rent.vars", "a") as f:
+            f.write(FAULT_VARS)
+        self.rental = Rental(project, Ours(connect("ground"), name))  # a connection of its own thread
+        self.thread = threading.Thread(target=self._walk, name="fault-walk", daemon=True)
+        self.thread.start()
+
+    def _walk(self) -> None:
+        try:
+            walk_up_faults(self.rental)
+        except BaseException as e:  # judged in the foreground, by result()
+            self.error = e
+
+    def result(self) -> Rental:
+        self.start()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.rental
+
+    def destroy(self) -> dict:
+        """Once: the walk's playbooks killed, the project destroyed; what the cloud still holds of it."""
+        if self.rental is None or self.destroyed:
+            return {"servers": [], "volumes": []}
+        self.thread.join()
+        self.destroyed = True
+        for pid in playbook_processes(self.rental.project):
+            os.kill(pid, signal.SIGKILL)
+        gpu_rent(self.rental.project, "destroy", "--i-understand-data-loss")
+        return self.rental.ours.everything()
+
+
+WALK = pytest.StashKey[Walk]()
+
+
 @pytest.fixture(scope="module")
-def rental(tmp_path_factory, member_conn):
-    name = f"f{uuid.uuid4().hex[:6]}"
-    project = make_project(tmp_path_factory.mktemp("faults"), name)
-    with open(project / "gpu-rent.vars", "a") as f:
-        f.write(FAULT_VARS)
-    r = Rental(project, Ours(member_conn, name))
-    yield r
-    for pid in playbook_processes(project):
-        os.kill(pid, signal.SIGKILL)
-    gpu_rent(project, "destroy", "--i-understand-data-loss")
-    assert r.ours.everything()["servers"] == [] and r.ours.everything()["volumes"] == []
+def walk(pytestconfig):
+    require_ground()
+    walk = pytestconfig.stash.setdefault(WALK, Walk())
+    yield walk
+    walk.destroy()  # also when the walk failed and the stop test never set up its rental
+
+
+@pytest.fixture(scope="module")
+def rental(walk):
+    yield walk.result()
+    left = walk.destroy()
+    assert left["servers"] == [] and left["volumes"] == [], left
 
 
 # Faults of `up`, in the order the run meets them: kill -9 of the CLI, unless said otherwise. Each is
@@ -180,12 +238,19 @@ UP_FAULTS = [
     ("kill", "phase bootstrapping: SSH answers", phase("bootstrapping"), 0.0),
     ("kill", "making the idle-killer's credential", task("up", "idle_killer : Keep or make the credential"), 0.5),
     ("kill", "formatting the empty data volume", task("up", "data_volume : Format the empty disk, once."), 0.2),
-    ("unreachable", "installing SwarmUI's backend", task("up", "swarmui : Install the ComfyUI backend"), 0.5),
+    ("unreachable", "installing SwarmUI's backend", task("up", "swarmui : Run SwarmUI's ComfyUI installer"), 0.5),
     ("kill", "phase ready_cloud, before the tunnel opens", phase("ready_cloud"), 0.0),
 ]
 
 
-def test_up_converges_after_a_fault_at_every_step(rental):
+# Eleven faults, each met by an up again: one walk, longer than one test's 600 s (it may have begun
+# with the session, or begin here when this file runs alone).
+@pytest.mark.timeout(2400)
+def test_up_converges_after_a_fault_at_every_step(walk):
+    walk.result()
+
+
+def walk_up_faults(rental: Rental) -> None:
     server_in_bootstrap = None
     for how, what, when, after in UP_FAULTS:
         if how == "ctrl+c":  # the playbook's process group stops, the phase stays
@@ -245,7 +310,8 @@ def fire_the_killer(address: str) -> None:
     ssh(address, f'python3 -c "{loosen}" && for i in 1 2 3; do python3 {KILLER} tick; sleep 1; done', timeout=60)
 
 
-def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(rental):
+@pytest.mark.timeout(600 + molecule_runs.TIMEOUT * 3)  # it may wait for the Molecule scenarios first
+def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(rental, molecule_quiet):
     """stop killed at its first step; then the tunnel of --stop-on-exit killed outright: its sentinel stops
     the VM, and the idle-killer deletes the server while that stop's playbook is between looking at the
     server and deleting it; the sentinel is killed in turn, then `stop` in its next step, then Neutron's API
@@ -282,7 +348,7 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     )
     os.kill(record["sentinel_pid"], signal.SIGKILL)
     rental.faults.append("kill -9 the sentinel's stop, after the idle-killer deleted the server mid-stop")
-    wait_until("the sentinel's playbook to end with it", lambda: not playbook_processes(project), 15)
+    wait_until("the sentinel's playbook to end with it", lambda: not playbook_processes(project), 30)
     assert "ended uncleanly" in (project / ".gpu-rent/logs/sentinel.log").read_text()
     rental.converged_invariants("killer mid-stop, sentinel killed")
 
@@ -290,6 +356,7 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     rental.converged_invariants("stop killed deleting the credential")
 
     service = REPO / "ground" / "service.sh"
+    molecule_quiet()  # Neutron goes for every project on the ground, not only this one
     subprocess.run([str(service), "stop", "neutron-api"], check=True, capture_output=True)
     try:
         failed = gpu_rent(project, "stop")

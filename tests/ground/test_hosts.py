@@ -1,9 +1,14 @@
-"""The ground's servers are real hosts: SSH at the floating IP, a real data disk."""
+"""The ground's servers are real hosts: SSH at the floating IP, a real data disk.
+
+The tests that only look at a host share one (`host`); those that delete or shelve a server rent
+their own."""
 
 import json
 import subprocess
 
-from tests.groundkit import GROUND, ssh, wait_for_ssh, wait_until
+import pytest
+
+from tests.groundkit import GROUND, Cloud, ssh, wait_for_ssh, wait_until
 
 
 def _gone(address: str) -> bool:
@@ -11,11 +16,22 @@ def _gone(address: str) -> bool:
     return result.returncode == 255
 
 
-def test_floating_ip_reaches_a_systemd_host_that_sees_its_data_disk_by_id(cloud, net):
-    boot, data = cloud.volume(10, image=True), cloud.volume(4)
-    server = cloud.server(net, boot, data, key_name=cloud.keypair(), name="gpu-rent-vm")
-    address = cloud.floating_ip(server)
-    wait_for_ssh(address)
+@pytest.fixture(scope="module")
+def host(member_conn, net):
+    """server, its data volume and its address: a host with a key pair and a blank 4 GB data disk."""
+    cloud = Cloud(member_conn)
+    try:
+        boot, data = cloud.volume(10, image=True), cloud.volume(4)
+        server = cloud.server(net, boot, data, key_name=cloud.keypair(), name="gpu-rent-vm")
+        address = cloud.floating_ip(server)
+        wait_for_ssh(address)
+        yield server, data, address
+    finally:
+        cloud.close()
+
+
+def test_floating_ip_reaches_a_systemd_host_that_sees_its_data_disk_by_id(host):
+    _, data, address = host
     out = ssh(address, f"cat /proc/1/comm; hostname; readlink -f /dev/disk/by-id/virtio-{data.id[:20]}; "
                        "blkid -p /dev/vdb; echo rc=$?; systemctl is-system-running || true").stdout.split()  # fmt: skip
     assert out[0] == "systemd"
@@ -71,18 +87,14 @@ def test_shelving_stops_the_host_and_unshelving_brings_it_back(cloud, net):
     assert ssh(address, "test -f /root/before-shelve").returncode == 0
 
 
-def test_only_the_servers_key_pair_and_the_operator_key_are_let_in(cloud, net, tmp_path):
-    server = cloud.server(net, cloud.volume(10, image=True), key_name=cloud.keypair())
-    address = cloud.floating_ip(server)
-    wait_for_ssh(address)
+def test_only_the_servers_key_pair_and_the_operator_key_are_let_in(host, tmp_path):
+    address = host[2]
     stranger = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
     assert ssh(address, "true", key=stranger).returncode == 255
 
 
-def test_agent_reports_the_hosts_it_runs(cloud, net):
-    server = cloud.server(net, cloud.volume(10, image=True), key_name=cloud.keypair())
-    address = cloud.floating_ip(server)
-    wait_for_ssh(address)
+def test_agent_reports_the_hosts_it_runs(host):
+    server, _, address = host
     status = json.loads((GROUND / "state/hosts/agent-status.json").read_text())
     assert status["hosts"][server.id]["address"] == address

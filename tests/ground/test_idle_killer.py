@@ -1,8 +1,10 @@
 """The idle-killer on a real ground host, with a credential of the ground's real Keystone.
 
 bootstrap.yml arms it first; each keep-alive signal is staged on the host and the killer's status
-file and journal must name it; at the end SwarmUI stops, counts as busy up to the cap, and the
-killer deletes its own server through Keystone and Nova, leaving both volumes. Times are scaled
+file and journal must name it; SwarmUI as upstream behaves (issue 13): a user's errored backend
+beside ours does not hide a running generation, and a ComfyUI relaunched on new ports is still
+seen; at the end SwarmUI stops, counts as busy up to the cap, and the killer deletes its own
+server through Keystone and Nova, leaving both volumes. Times are scaled
 from minutes to seconds with the role's idle_killer_* variables, the override only tests use.
 """
 
@@ -185,6 +187,111 @@ def test_work_in_swarmui_keeps_the_vm_and_the_journal_names_it(vm, route, body, 
     status = next_reason(address)  # a tick that began before the call may not have seen the work
     assert status["action"] == "keep" and named in status["reason"], status
     assert named in journal(address)
+
+
+SWARMUI = "/opt/swarmui"
+# A user's backend that cannot answer (an offline remote ComfyUI): the role keeps it, and SwarmUI's
+# aggregate then says errored (BackendHandler.CurrentBackendStatus: ANY errored, before running).
+OFFLINE_BACKEND = """
+99:
+    type: comfyui_api
+    title: a user's offline remote ComfyUI
+    enabled: true
+    settings:
+        Address: http://127.0.0.1:9
+"""
+
+
+def aggregate(address: str) -> str:
+    script = (
+        "import json, urllib.request as u\n"
+        "def post(r, b):\n"
+        f"    q = u.Request('{API}' + r, json.dumps(b).encode(), {{'Content-Type': 'application/json'}})\n"
+        "    return json.load(u.urlopen(q, timeout=10))\n"
+        "s = post('/API/GetNewSession', {})['session_id']\n"
+        "print(post('/API/GetGlobalStatus', {'session_id': s})['backend_status']['status'])\n"
+    )
+    return ssh(address, f"python3 -c {shlex.quote(script)}").stdout.strip()
+
+
+def settle(address: str) -> dict:
+    """The killer back at an empty queue: the work an earlier test staged (a download of 8 s) is over."""
+    return wait_until(
+        "an empty queue", lambda: (s := next_reason(address))["reason"].startswith("queue empty") and s, 60
+    )
+
+
+def restart_swarmui(address: str) -> None:
+    assert ssh(address, "systemctl restart swarmui").returncode == 0
+    wait_until("SwarmUI answering after its restart", lambda: aggregate(address) not in ("", "loading"), 90)
+
+
+def test_a_running_generation_with_a_second_errored_backend_keeps_the_vm(vm):
+    address = vm.address
+    settle(address)  # a restart now would cut a download short, its .tmp then fresh for 2 min
+    backends = f"{SWARMUI}/Data/Backends.fds"
+    stage = f"cp {backends} /root/Backends.fds.before && printf %s {shlex.quote(OFFLINE_BACKEND)} >> {backends}"
+    assert ssh(address, stage).returncode == 0
+    try:
+        restart_swarmui(address)
+        ours = "1 of 1 ComfyUI backend running"
+        wait_until("our backend running", lambda: next_reason(address).get("backends") == ours, 60)
+        # the staging holds: the aggregate alone would call this trouble (the remote one loads first)
+        wait_until("SwarmUI's aggregate errored", lambda: aggregate(address) == "errored", 60)
+        idle = next_reason(address)
+        assert idle["reason"].startswith(f"queue empty, {ours}, idle for"), idle
+        standin(address, "/StandinTest/QueueGeneration", {"seconds": 8, "count": 2})
+        busy = wait_until(
+            "the generation seen", lambda: (s := next_reason(address)) and "gens" in s["reason"] and s, 30
+        )
+        assert busy["action"] == "keep" and busy["fires_at"] is None and "counted as busy" not in busy["reason"], busy
+    finally:
+        ssh(address, f"mv /root/Backends.fds.before {backends}")
+        restart_swarmui(address)
+
+
+def comfyui_pid(address: str, port: int) -> int:
+    """The process of the ComfyUI listening on port: its command line names it (--port N)."""
+    script = (
+        "import os\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try: argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+        "    except OSError: continue\n"
+        f"    if b'main.py' in argv and b'--port' in argv and argv[argv.index(b'--port') + 1] == b'{port}':\n"
+        "        print(pid)\n"
+    )
+    out = ssh(address, f"python3 -c {shlex.quote(script)}").stdout.split()
+    assert len(out) == 1, out
+    return int(out[0])
+
+
+def test_a_comfyui_restarted_three_times_still_has_its_queue_seen(vm):
+    address = vm.address
+    first = settle(address)["comfyui"]
+    assert len(first) == 1 and first[0]["queue"] == 0, first
+    port = first[0]["port"]
+    for _ in range(3):  # AutoRestart relaunches it on the next port (NetworkBackendUtils.GetNextPort)
+        assert ssh(address, f"kill -9 {comfyui_pid(address, port)}").returncode == 0
+        moved = wait_until(
+            "the ComfyUI relaunched on another port",
+            lambda old=port: (
+                (c := next_reason(address).get("comfyui")) and c[0]["port"] != old and c[0]["queue"] == 0 and c
+            ),
+            60,
+        )
+        assert moved[0]["port"] > port, (port, moved)
+        port = moved[0]["port"]
+    script = (
+        "import json, urllib.request as u\n"
+        f"q = u.Request('http://127.0.0.1:{port}/standin_test/queue',\n"
+        "              json.dumps({'count': 2, 'seconds': 8}).encode())\n"
+        "print(u.urlopen(q, timeout=10).read().decode())\n"
+    )
+    assert ssh(address, f"python3 -c {shlex.quote(script)}").returncode == 0
+    seen = wait_until(
+        "the queue seen", lambda: (s := next_reason(address)) and "ComfyUI queue" in s["reason"] and s, 30
+    )
+    assert seen["reason"].startswith("2 in the ComfyUI queue") and seen["comfyui"] == [{"port": port, "queue": 2}], seen
 
 
 def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, member_conn, admin_conn, net):

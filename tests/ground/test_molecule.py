@@ -1,48 +1,35 @@
 """Each VM role's Molecule scenario, as an operator runs it: create, converge, idempotence, verify,
-destroy on a host rented on the test ground (molecule/shared). Two run side by side: each rents a
-host of its own, and most of a scenario is waiting on SSH and the cloud."""
+destroy on a host rented on the test ground (molecule/shared). The runs start with the session, beside
+the first ground modules (tests/ground/molecule_runs.py); these tests judge what they did."""
 
 import os
-import shutil
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from tests.groundkit import REPO, require_ground
+from tests.ground import molecule_runs
+from tests.groundkit import require_ground
 
-BIN = Path(sys.executable).parent
-SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
-SIDE_BY_SIDE = 2
-
-
-def _molecule(scenario: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "GPU_RENT_", "MOLECULE_"))}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    return subprocess.run(
-        [str(BIN / "molecule"), "test", "-s", scenario],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
-    )  # fmt: skip
+# Judged when the runs have ended: should the session have reached this module first (-k, a single
+# file), the wait is the runs themselves, longer than the suite's 600 s per test.
+pytestmark = pytest.mark.timeout(molecule_runs.TIMEOUT * 3)
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[str, subprocess.CompletedProcess]:
+def runs(request) -> dict[str, subprocess.CompletedProcess]:
     require_ground()
-    if shutil.which("molecule", path=str(BIN)) is None:
+    if not molecule_runs.installed():
         if os.environ.get("CI"):
             pytest.fail("molecule is not installed in the venv (make setup)")
         pytest.skip("molecule is not installed in the venv (make setup)")
-    with ThreadPoolExecutor(SIDE_BY_SIDE) as pool:
-        return dict(zip(SCENARIOS, pool.map(_molecule, SCENARIOS), strict=True))
+    return request.config.stash[molecule_runs.KEY].results()
 
 
 def test_every_vm_role_has_a_scenario():
-    assert {"idle_killer", "bootstrap", "data_volume", "swarmui", "seed"} <= set(SCENARIOS)
+    assert {"idle_killer", "bootstrap", "data_volume", "swarmui", "seed"} <= set(molecule_runs.SCENARIOS)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", molecule_runs.SCENARIOS)
 def test_the_scenario_passes(runs, scenario):
     result = runs[scenario]
     assert result.returncode == 0, f"{_failures(result.stdout + result.stderr)}\n...\n{result.stderr[-3000:]}"

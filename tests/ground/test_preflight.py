@@ -69,9 +69,10 @@ def test_a_refused_login_is_exit_4_and_never_shows_the_password(tmp_path):
     assert result.returncode == 4, result.stdout + result.stderr
     assert SECRET not in result.stdout + result.stderr and "Traceback" not in result.stderr
     found = checks(result.stdout)
-    assert found["ssh key"][0] is True
+    assert found["swarmui version"][0] is True and found["ssh key"][0] is True
     assert found["auth"][0] is False and "401" in found["auth"][1]
-    assert list(found) == ["ssh key", "auth"]  # nothing is asked of a cloud that refused the login
+    # the checks of the folder alone, then the login; nothing is asked of a cloud that refused it
+    assert list(found) == ["swarmui version", "ssh key", "auth"]
 
 
 def up_at_a_terminal(project, answer: bytes) -> tuple[int, str]:

@@ -78,7 +78,9 @@ def tunnel(project: Path) -> dict:
 
 
 def through_tunnel(project: Path, route: str = "/API/GetNewSession", body: dict | None = None) -> dict:
-    request = urllib.request.Request(f"{tunnel(project)['url']}{route}", json.dumps(body or {}).encode())
+    request = urllib.request.Request(  # SwarmUI answers 400 "Wrong content type" to anything but JSON
+        f"{tunnel(project)['url']}{route}", json.dumps(body or {}).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
@@ -230,7 +232,8 @@ def test_up_opens_the_tunnel_to_swarmui_on_the_vm_and_websockets_pass(life):
     port = int(record["url"].rsplit(":", 1)[1])
     assert record["state"] == "forwarding" and port != 7801  # the laptop's own SwarmUI port is never taken
     session = through_tunnel(project)
-    assert session["user_id"] == "local" and session["version"].endswith("-standin")
+    # the stand-in answers as upstream 0.9.8.2 does (the ground's tag 0.9.8.2-standin)
+    assert session["user_id"] == "local" and session["version"] == "0.9.8.2"
     counters = through_tunnel(project, "/API/GetGlobalStatus", {"session_id": session["session_id"]})["status"]
     assert counters == {"waiting_gens": 0, "loading_models": 0, "waiting_backends": 0, "live_gens": 0}
     with ws_connect(f"ws://127.0.0.1:{port}/StandinTest/EchoWS", open_timeout=10) as ws:

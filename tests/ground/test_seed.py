@@ -479,12 +479,14 @@ UNIT = """[Unit]
 Description=SwarmUI stand-in for the seed tests
 [Service]
 WorkingDirectory=/opt/swarmui
+Environment=HOME=/root
 ExecStart=/opt/swarmui/launch-linux.sh --launch_mode none --host 127.0.0.1 --port 7801
 RestartForceExitStatus=42
 Restart=on-failure
 [Install]
 WantedBy=multi-user.target
 """
+BUILDS_LOG = "/root/.dotnet/standin-builds.log"  # one line per build of the stand-in dotnet
 
 
 @pytest.fixture
@@ -492,9 +494,11 @@ def swarmui(host):
     """The stand-in installed as the swarmui unit, the way roles/swarmui leaves SwarmUI, in a few seconds."""
     host.sh(
         f"rm -rf {SWARMUI}/.git {SWARMUI}/src {SWARMUI}/launch-linux.sh {SWARMUI}/launchtools\n"
-        f"git clone -q {STANDIN_GIT} /tmp/standin && cd /tmp/standin && git checkout -q 0.9.7-standin\n"
+        f"git clone -q {STANDIN_GIT} /tmp/standin && cd /tmp/standin && git checkout -q 0.9.8.2-standin\n"
         f"mkdir -p {SWARMUI} && cp -a /tmp/standin/. {SWARMUI}/ && rm -rf /tmp/standin && cd {SWARMUI}\n"
-        "bash launchtools/comfy-install-linux.sh nv >/dev/null && mkdir -p Data\n"
+        "[ -x /root/.dotnet/dotnet ] || HOME=/root bash launchtools/linux-dotnet-install.sh /root/.dotnet >/dev/null\n"
+        "[ -f dlbackend/ComfyUI/main.py ] || bash launchtools/comfy-install-linux.sh nv >/dev/null\n"
+        "mkdir -p Data\n"
         "printf 'IsInstalled: true\\nLaunchMode: none\\n' > Data/Settings.fds\n"
         "printf '0:\\n    type: comfyui_selfstart\\n    title: ComfyUI\\n    enabled: true\\n    settings:\\n"
         "        StartScript: dlbackend/ComfyUI/main.py\\n        GPU_ID: 0\\n' > Data/Backends.fds\n"
@@ -503,52 +507,62 @@ def swarmui(host):
     )
     wait_until("the stand-in's API", lambda: "session_id" in _api(host), 60)
     yield host
-    host.sh("systemctl stop swarmui || true")
+    host.sh(f"systemctl stop swarmui || true; rm -rf {SWARMUI}/src/Extensions/*/")
 
 
 def _api(host: Host) -> str:
-    return ssh(host.address, "curl -s -X POST -d '{}' http://127.0.0.1:7801/API/GetNewSession").stdout
+    api = "http://127.0.0.1:7801/API/GetNewSession"
+    return ssh(host.address, f"curl -s -X POST -H 'Content-Type: application/json' -d '{{}}' {api}").stdout
 
 
 def _unit(host: Host) -> str:
     return host.sh("systemctl show -p InvocationID --value swarmui").strip()
 
 
-def _builds(host: Host) -> int:
-    return len(host.sh(f"cat {SWARMUI}/src/bin/build.log").splitlines())
+def _core_builds(host: Host) -> int:
+    """Builds of SwarmUI itself (src/SwarmUI.csproj) the stand-in dotnet has made on the host."""
+    return host.sh(f"cat {BUILDS_LOG} 2>/dev/null || true").count("SwarmUI.csproj ->")
 
 
-def test_an_extension_clone_rebuilds_and_restarts_swarmui_once(swarmui, git_daemon, tmp_path):
+def _dll(host: Host, folder: str) -> str:
+    """Where upstream's ExtensionsManager.BuildExtension puts the extension's build."""
+    head = host.sh(f"git -C {SWARMUI}/src/Extensions/{folder} rev-parse HEAD").strip()
+    return f"{SWARMUI}/src/bin/extensions/SwarmExtension{folder}/SwarmExtension{folder}-{head[:8]}.dll"
+
+
+def test_an_extension_clone_restarts_swarmui_once_and_it_builds_the_extension_at_start(swarmui, git_daemon, tmp_path):
+    """The stand-in builds extensions at start (src/SwarmUI.csproj leaves Extensions/** out, as upstream
+    since 0.9.8-Beta): a restart alone builds a new one; must_rebuild would throw every build away."""
     host = swarmui
     url, work, _ = git_daemon
     extra = {"seed_extensions": [{"url": url}]}
-    unit, builds = _unit(host), _builds(host)
+    unit, builds = _unit(host), _core_builds(host)
 
     first = play(host, tmp_path, **extra)
     assert first.rc == 0, first.out
     ext = f"{SWARMUI}/src/Extensions/SeedTestExtension"
     assert host.sh(f"git -C {ext} rev-parse HEAD").strip() == git("rev-parse", "HEAD", cwd=work).strip()
     assert _unit(host) != unit  # restarted
-    assert _builds(host) == builds + 1  # rebuilt once, with the extension in it
-    assert "extension SeedTestExtension" in host.sh(f"cat {SWARMUI}/src/bin/live_release/BUILD")
+    assert host.exists(_dll(host, "SeedTestExtension"))  # built at the start
+    assert _core_builds(host) == builds  # and the core was not rebuilt
     assert not host.exists(f"{SWARMUI}/src/bin/must_rebuild")
     assert not host.exists(LOCK)
 
-    unit, builds = _unit(host), _builds(host)
+    unit = _unit(host)
     second = play(host, tmp_path, seed_only="extensions", **extra)
     assert second.rc == 0, second.out
     assert second.counts["changed"] == 0, second.out
-    assert (_unit(host), _builds(host)) == (unit, builds)  # nothing changed: no restart
+    assert _unit(host) == unit  # nothing changed: no restart
 
-    # A mark left by a run that died between clone and restart is a rebuild still owed: it is done now.
-    host.sh(f"touch {SWARMUI}/src/bin/must_rebuild")
+    # A clone whose build is missing (a run that died between clone and restart) is a restart still owed.
+    host.sh(f"rm -rf {SWARMUI}/src/bin/extensions/SwarmExtensionSeedTestExtension")
     owed = play(host, tmp_path, **extra)
     assert owed.rc == 0, owed.out
-    assert _unit(host) != unit and _builds(host) == builds + 1
-    unit, builds = _unit(host), _builds(host)
+    assert _unit(host) != unit and host.exists(_dll(host, "SeedTestExtension"))
+    unit = _unit(host)
 
     # An update upstream is not fetched by a plain re-run (that would restart SwarmUI under a user's
-    # generation); asked for (seed_update), it is pulled and built.
+    # generation); asked for (seed_update), it is pulled and built under its new HEAD.
     (work / "README.md").write_text("v2\n")
     git("add", ".", cwd=work)
     git("commit", "-q", "-m", "second", cwd=work)
@@ -559,4 +573,22 @@ def test_an_extension_clone_rebuilds_and_restarts_swarmui_once(swarmui, git_daem
     third = play(host, tmp_path, seed_update=True, **extra)
     assert third.rc == 0 and third.counts["changed"] > 0, third.out
     assert host.exists(f"{ext}/README.md")
-    assert _unit(host) != unit and _builds(host) == builds + 1
+    assert _unit(host) != unit and host.exists(_dll(host, "SeedTestExtension"))
+    assert _core_builds(host) == builds
+
+
+def test_an_extension_whose_build_fails_fails_seeding_with_the_builds_own_line(swarmui, tmp_path):
+    """Upstream logs a failed extension build (CriticalLoadError) and starts on without it: seeding
+    finds the DLL missing and quotes the journal's error line. ~40 s on the ground."""
+    host = swarmui
+    bare = REPO / ".ground/git/StandinBrokenExtension.git"  # ground/targethost/publish-standin.sh made it
+    said = git("--git-dir", str(bare), "show", "master:standin-build-error").splitlines()[0]
+    run = play(host, tmp_path, seed_extensions=[{"url": f"git://{BRIDGE}/StandinBrokenExtension.git"}])
+    message = run.fatal()
+    assert (
+        "extension StandinBrokenExtension did not build (no src/bin/extensions/SwarmExtensionStandinBrokenExtension/"
+        in message
+    )
+    assert f"after the restart): {said}" in message, message
+    assert not host.exists(LOCK)
+    assert not host.exists(f"{SWARMUI}/src/bin/must_rebuild")

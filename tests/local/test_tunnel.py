@@ -89,7 +89,9 @@ class Running:
 
 
 def post(port: int, route: str, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{route}", json.dumps(body).encode())
+    request = urllib.request.Request(  # SwarmUI refuses another content type (src/WebAPI/API.cs)
+        f"http://127.0.0.1:{port}{route}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 

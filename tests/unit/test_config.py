@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import config
+from gpu_rent import config, swarmui_versions
 from gpu_rent.config import KEYS, CloudAuth, ConfigError, Settings, load
 
 PASSWORD = "pw-SECRET-7f3a"
@@ -215,7 +215,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.external_network is None
     assert settings.subnet_cidr == "192.168.77.0/24"
     assert settings.swarmui_repo == "https://github.com/mcmonkeyprojects/SwarmUI.git"
-    assert settings.swarmui_version == "master"
+    assert settings.swarmui_version == swarmui_versions.PINNED
     assert settings.require_gpu is True
     assert settings.ssh_key == Path(os.environ["HOME"]) / ".ssh" / "id_ed25519"
     assert settings.civitai_token == CIVITAI

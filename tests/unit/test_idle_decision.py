@@ -1,8 +1,20 @@
-"""The idle-killer's decision, rule by rule (SPEC §7): what keeps a VM, and when it goes."""
+"""The idle-killer's decision, rule by rule (SPEC §7, the order of issue 13): what keeps a VM, and when it goes."""
+
+import itertools
 
 import pytest
 
-from gpu_rent.idle_decision import DELETE, KEEP, Decision, Limits, Memory, Observation, decide
+from gpu_rent.idle_decision import (
+    BUSY_COUNTERS,
+    DELETE,
+    KEEP,
+    Decision,
+    Limits,
+    Memory,
+    Observation,
+    decide,
+    our_backends,
+)
 
 MIN = 60.0
 LIMITS = Limits(idle_seconds=30 * MIN, grace_seconds=45 * MIN, cap_seconds=60 * MIN)
@@ -89,7 +101,36 @@ def test_a_download_being_written_keeps_the_vm_and_is_named():
     ("kw", "named"),
     [
         ({"status": None, "error": "connection refused"}, "SwarmUI not answering (connection refused)"),
-        ({"status": {"error_id": "invalid_session_id"}}, "SwarmUI answers with an error (invalid_session_id)"),
+        ({"status": {"error_id": "invalid_session_id"}}, "SwarmUI answers with an error: invalid_session_id"),
+        (
+            {
+                "status": {
+                    "error_id": "bad_permissions",
+                    "error": "You lack permissions for this route.",
+                    "route": "GetGlobalStatus",
+                }
+            },
+            "SwarmUI answers GetGlobalStatus with bad_permissions (You lack permissions for this route.)",
+        ),
+        (
+            {"status": {"error_id": "bad_route", "error": "Unknown API route", "route": "GetGlobalStatus"}},
+            "SwarmUI answers GetGlobalStatus with bad_route (Unknown API route)",
+        ),
+        (
+            {"status": {"error_id": "basic_api", "error": "missing session id", "route": "GetNewSession"}},
+            "SwarmUI answers GetNewSession with basic_api (missing session id)",
+        ),
+        ({"backends": ("errored",)}, "0 of 1 ComfyUI backend running (1 errored)"),
+        ({"backends": ("loading", "errored")}, "0 of 2 ComfyUI backends running (1 errored, 1 loading)"),
+        ({"backends": ()}, "no ComfyUI backend of gpu-rent's (dlbackend/ComfyUI/main.py) in SwarmUI's backends"),
+        # a ComfyUI that runs but does not answer GET /prompt may hold Comfy-tab prompts: not an empty queue
+        ({"backends": ("running",), "comfy_silent": (7821,)}, "ComfyUI on port 7821 does not tell its queue"),
+        ({"comfy_silent": (7821, 7822)}, "ComfyUI on port 7821, 7822 does not tell its queue"),
+        ({"data_volume": "not mounted at /mnt/swarm_data"}, "data volume not mounted at /mnt/swarm_data"),
+        (
+            {"data_volume": "at /mnt/swarm_data lacks its marker .gpu-rent-ready"},
+            "data volume at /mnt/swarm_data lacks its marker .gpu-rent-ready",
+        ),
         ({"status": {"backend_status": {"status": "loading"}}}, "backend loading, not running"),
         ({"status": {"backend_status": {"status": "idle"}}}, "backend idle, not running"),  # idle: none started
         ({"status": {"backend_status": {"status": "errored"}}}, "backend errored, not running"),
@@ -136,3 +177,139 @@ def test_every_reason_is_one_line():
     cases = [seen(status=None, error="Traceback\n  line\nOSError"), seen(downloads=("x",)), seen(hold_until=LATE + 1)]
     for case in cases:
         assert "\n" not in decide(case, LIMITS, Memory()).reason
+
+
+# ---------------------------------------------------------------- issue 13: work before trouble
+ERRORED = running() | {"backend_status": {"status": "errored", "class": "error", "message": "A backend errored"}}
+TROUBLES = {
+    "data volume not mounted": {"data_volume": "not mounted at /mnt/swarm_data"},
+    "SwarmUI not answering": {"status": None, "error": "connection refused"},
+    "a 400 error": {"status": {"error_id": "bad_permissions", "error": "no", "route": "GetGlobalStatus"}},
+    "aggregate errored, ListBackends unread": {"status": ERRORED, "backends_error": "bad_route Unknown API route"},
+    "none of ours running": {"status": ERRORED, "backends": ("errored", "loading")},
+    "none of ours at all": {"backends": ()},
+}
+# what keeps the VM, from the first rule on, each with the reason it must give
+KEEPERS = {
+    "hold": ({"hold_until": LATE + 10 * MIN}, "hold for 10 min more"),
+    "grace": ({"now": BOOT + 40 * MIN}, "grace after boot, 5 min left"),
+    "seeding": ({"seeding_until": LATE + 1}, "seeding runs (extensions, models or a push)"),
+    "download": ({"downloads": ("Lora/x.download.tmp",)}, "download of Lora/x.download.tmp"),
+    "ComfyUI queue": ({"comfy_queue": 2}, "2 in the ComfyUI queue"),
+}
+COUNTER_WORK = {k: ({"counter": k}, f"1 {k.replace('_', ' ')}") for k in BUSY_COUNTERS}
+
+
+def staged(keeper: dict, trouble: dict) -> Observation:
+    """One look with a keeper and a trouble at once; a counter keeper lands in whatever status there is."""
+    kw = dict(trouble) | {k: v for k, v in keeper.items() if k != "counter"}
+    if "counter" in keeper:
+        status = kw.get("status", running())
+        kw["status"] = status | {"status": status["status"] | {keeper["counter"]: 1}}
+    return seen(**kw)
+
+
+LONG_TROUBLE = Memory(troubled_since=LATE - 500 * MIN, idle_since=LATE - 400 * MIN)  # far past cap and idle time
+
+
+@pytest.mark.parametrize("trouble", TROUBLES, ids=list(TROUBLES))
+@pytest.mark.parametrize("keeper", KEEPERS, ids=list(KEEPERS))
+def test_every_keeper_keeps_the_vm_whatever_the_trouble_and_however_long_it_lasted(keeper, trouble):
+    kw, named = KEEPERS[keeper]
+    decision = decide(staged(kw, TROUBLES[trouble]), LIMITS, LONG_TROUBLE)
+    assert decision.action == KEEP and decision.reason.startswith(named), decision.reason
+    assert decision.fires_at is None and decision.memory.idle_since is None
+
+
+# counters exist only in an answer: with no answer, or an error for one, there are none to see
+COUNTER_TROUBLES = {k: v for k, v in TROUBLES.items() if k not in ("SwarmUI not answering", "a 400 error")}
+
+
+@pytest.mark.parametrize("trouble", COUNTER_TROUBLES, ids=list(COUNTER_TROUBLES))
+@pytest.mark.parametrize("counter", COUNTER_WORK, ids=list(COUNTER_WORK))
+def test_any_counter_keeps_the_vm_though_the_aggregate_says_errored_and_the_trouble_is_named(counter, trouble):
+    kw, named = COUNTER_WORK[counter]
+    decision = decide(staged(kw, COUNTER_TROUBLES[trouble]), LIMITS, LONG_TROUBLE)
+    assert decision.action == KEEP and decision.reason.startswith(f"{named}; "), decision.reason
+    assert decision.memory.troubled_since is None  # work seen: the cap counts anew once it ends
+
+
+@pytest.mark.parametrize(("higher", "lower"), list(itertools.combinations(KEEPERS, 2)))
+def test_the_first_rule_that_keeps_names_the_reason(higher, lower):
+    kw = KEEPERS[lower][0] | KEEPERS[higher][0]
+    if "now" in kw and "hold_until" in kw:
+        kw["hold_until"] = kw["now"] + 10 * MIN
+    decision = decide(seen(**kw), LIMITS, Memory())
+    assert decision.reason.startswith(KEEPERS[higher][1]), decision.reason
+
+
+def test_a_running_generation_with_a_second_errored_backend_keeps_the_vm_past_any_cap():
+    # SwarmUI's aggregate says errored as soon as any backend errored (BackendHandler.CurrentBackendStatus)
+    status = running(live_gens=1) | {"backend_status": {"status": "errored"}}
+    ticks = [seen(LATE + m * MIN, status=status, backends=("running",)) for m in range(0, 300, 10)]
+    assert all(d.action == KEEP and d.reason == "1 live gens" for d in run(ticks))
+
+
+def test_one_of_our_backends_running_is_no_trouble_though_the_aggregate_says_errored():
+    first, *_, last = run([seen(LATE + m * MIN, status=ERRORED, backends=("running", "errored")) for m in range(31)])
+    assert first.reason == "queue empty, 1 of 2 ComfyUI backends running (1 errored), idle for 0 min"
+    assert first.memory.troubled_since is None and first.fires_at == LATE + 30 * MIN
+    assert last.action == DELETE  # the queue stayed empty: idle, not trouble
+
+
+def test_the_idle_reason_counts_our_backends():
+    decision = decide(seen(backends=("running", "running")), LIMITS, Memory())
+    assert decision.reason == "queue empty, 2 of 2 ComfyUI backends running, idle for 0 min"
+
+
+def test_a_listbackends_unread_falls_back_on_the_aggregate_and_says_why():
+    fine = decide(seen(backends_error="bad_permissions"), LIMITS, Memory())
+    assert fine.reason == "queue empty, idle for 0 min"
+    troubled = decide(seen(status=ERRORED, backends_error="bad_permissions You lack"), LIMITS, Memory())
+    assert troubled.reason.startswith("backend errored, not running (ListBackends: bad_permissions You lack)")
+
+
+def test_the_comfyui_queue_keeps_the_vm_though_swarmui_does_not_answer_and_says_both():
+    decision = decide(seen(status=None, error="timed out", comfy_queue=1), LIMITS, LONG_TROUBLE)
+    assert decision.action == KEEP and decision.reason == "1 in the ComfyUI queue; SwarmUI not answering (timed out)"
+
+
+def test_when_work_ends_during_trouble_the_cap_starts_from_then():
+    down = {"status": None, "error": "connection refused"}
+    ticks = [seen(LATE, **down), seen(LATE + 100 * MIN, comfy_queue=1, **down)]
+    ticks += [seen(LATE + m * MIN, **down) for m in (101, 160, 161, 190, 191)]
+    _, work, after, before_cap, at_cap, before_end, end = run(ticks)
+    assert work.action == KEEP and work.memory.troubled_since is None
+    assert after.reason == "SwarmUI not answering (connection refused): counted as busy for 60 min more"
+    assert before_cap.fires_at is None and at_cap.fires_at == LATE + 191 * MIN
+    assert before_end.action == KEEP and end.action == DELETE
+
+
+def test_the_data_volume_is_named_before_swarmui_not_answering():
+    decision = decide(seen(status=None, error="refused", data_volume="not mounted at /mnt/swarm_data"), LIMITS,
+                      Memory())  # fmt: skip
+    assert decision.reason == "data volume not mounted at /mnt/swarm_data: counted as busy for 60 min more"
+
+
+def listing(*entries: dict) -> dict:
+    """ListBackends' answer: an object keyed by backend id, each BackendAPI.BackendToNet's shape."""
+    return {str(n): {"id": n, "enabled": True, "title": "", "features": [], "modcount": 0} | e
+            for n, e in enumerate(entries)}  # fmt: skip
+
+
+def ours(status: str, script: str = "dlbackend/ComfyUI/main.py", **kw) -> dict:
+    return {"type": "comfyui_selfstart", "status": status, "settings": {"StartScript": script, "GPU_ID": "0"}} | kw
+
+
+def test_our_backends_are_the_self_start_comfyuis_of_our_start_script():
+    answer = listing(
+        ours("running"),
+        {"type": "comfyui_api", "status": "errored", "settings": {"Address": "http://10.0.0.9:8188"}},  # a user's
+        ours("errored", script="/opt/other/ComfyUI/main.py"),  # a user's own ComfyUI elsewhere
+        ours("loading", script=' "/opt/swarmui/dlbackend/ComfyUI/main.py" '),  # SwarmUI trims quotes and spaces
+        ours("disabled", enabled=False),  # switched off by the user: not ours to wait for
+        ours("IDLE", script="dlbackend\\ComfyUI\\main.py"),
+    )
+    assert our_backends(answer) == ("running", "loading", "idle")
+    assert our_backends({}) == () and our_backends(["x"]) == () and our_backends({"0": "x", "1": {"type": 5}}) == ()
+    assert our_backends(listing(ours("running", script="x/main.py")), "x/main.py") == ("running",)

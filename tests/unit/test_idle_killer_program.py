@@ -1,23 +1,40 @@
-"""The idle-killer program's looking and recording, against the SwarmUI stand-in on loopback.
+"""The idle-killer program's looking and recording, on loopback: against the SwarmUI stand-in, and
+against a small SwarmUI of this file's own that answers as upstream does where a case needs it.
 
 What it decides is tested rule by rule in test_idle_decision.py; deleting the server through a real
 Keystone and Nova, from a real VM, in tests/ground/test_idle_killer.py. Here: that a tick sees what
-the VM shows (SwarmUI's global counters, ComfyUI's own queue, partial downloads, lock and hold files),
-records it without secrets, and says it in one journal line.
+the VM shows (SwarmUI's global counters and backends, every ComfyUI's own queue at the port it runs
+on now, partial downloads, lock and hold files, the data volume), records it without secrets, and
+says it in one journal line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
+import threading
 import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from gpu_rent import idle_killer
-from gpu_rent.idle_killer import Config, Unreachable, endpoint, fresh_downloads, read_time
-from tests.unit.test_swarmui_standin import free_port, start, stop, wait_for
+from gpu_rent.idle_killer import (
+    Config,
+    Unreachable,
+    comfy_port,
+    endpoint,
+    fresh_downloads,
+    live_comfy_ports,
+    read_time,
+    unit_pids,
+)
+from tests.unit.test_swarmui_standin import BACKENDS, comfy_processes, free_port, start, stop, wait_for
 
 SECRET = "s3cret-never-in-the-status"
 
@@ -33,6 +50,8 @@ def config(tmp_path: Path, swarm_port: int, comfy_port: int | None = None, **kw)
         "cap_seconds": 1200,
         "swarmui_url": f"http://127.0.0.1:{swarm_port}",
         "comfy_ports": [comfy_port] if comfy_port else [],
+        "cgroup_root": str(cgroup_root(tmp_path)),  # swarmui.service's cgroup, empty unless a test fills it
+        "data_mount": "",  # no data volume here
         "models_dirs": [str(tmp_path / "Models")],
         "hold_file": str(tmp_path / "hold"),
         "seeding_lock": str(tmp_path / "seeding"),
@@ -42,6 +61,16 @@ def config(tmp_path: Path, swarm_port: int, comfy_port: int | None = None, **kw)
     path = tmp_path / "idle-killer.json"
     path.write_text(json.dumps(data))
     return Config.load(path)
+
+
+def cgroup_root(tmp_path: Path, pids: tuple[int, ...] | None = None) -> Path:
+    """A cgroup tree with swarmui.service's processes in it, as systemd keeps it (cgroup v2);
+    without pids, as it is (empty at first)."""
+    procs = tmp_path / "cgroup" / "system.slice" / "swarmui.service" / "cgroup.procs"
+    procs.parent.mkdir(parents=True, exist_ok=True)
+    if pids is not None or not procs.exists():
+        procs.write_text("".join(f"{pid}\n" for pid in pids or ()))
+    return tmp_path / "cgroup"
 
 
 @pytest.fixture
@@ -79,13 +108,6 @@ def test_generations_queued_in_swarmui_by_another_session_keep_the_vm(tmp_path, 
     assert "gens" in status["reason"] and "gens" in said[0]
 
 
-def test_prompts_sent_to_comfyui_directly_keep_the_vm(tmp_path, swarm):
-    cfg = config(tmp_path, swarm.port, swarm.comfy_port)
-    swarm.post("/StandinTest/ComfyQueue", {"session_id": swarm.session, "seconds": 5, "count": 3})
-    status, _ = tick(cfg)
-    assert status["reason"] == "3 in the ComfyUI queue"
-
-
 def test_a_download_being_written_keeps_the_vm_and_is_named(tmp_path, swarm):
     cfg = config(tmp_path, swarm.port)
     partial = tmp_path / "Models" / "Stable-Diffusion" / "flux.download.tmp"
@@ -95,24 +117,25 @@ def test_a_download_being_written_keeps_the_vm_and_is_named(tmp_path, swarm):
     assert status["reason"] == "download of Stable-Diffusion/flux.download.tmp"
 
 
-def test_a_restarted_swarmui_gets_a_new_session_and_a_dead_one_counts_as_busy_up_to_the_cap(tmp_path):
+def test_a_restarted_swarmui_is_read_again_and_a_dead_one_counts_as_busy_up_to_the_cap(tmp_path):
     swarm, proc = start(tmp_path / "a" / "SwarmUI")
     try:
         cfg = config(tmp_path, swarm.port)
         wait_for(lambda: swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "running")
-        first, _ = tick(cfg)
+        tick(cfg)
         old_server = swarm.post("/API/GetNewSession", {})["server_id"]
-        swarm.post("/StandinTest/Restart")  # a new SwarmUI process: every session is gone
+        swarm.post("/StandinTest/Restart")  # a new SwarmUI process
         wait_for(lambda: _server_id(swarm) not in (None, old_server))
         restarted, _ = tick(cfg)
-        assert restarted["session_id"] not in (None, first["session_id"])  # asked anew, not "invalid session"
-        assert not restarted["reason"].startswith(("SwarmUI not answering", "SwarmUI answers with an error"))
+        # upstream keeps sessions across a restart (Data/Users.ldb); one it lost is replaced in the tick
+        assert restarted["session_id"] is not None
+        assert not restarted["reason"].startswith(("SwarmUI not answering", "SwarmUI answers")), restarted["reason"]
     finally:
         stop(proc)
     down, _ = tick(cfg)
     assert down["action"] == "keep" and down["reason"].startswith("SwarmUI not answering")
     assert "counted as busy for 20 min more" in down["reason"] and down["memory"]["troubled_since"]
-    assert down["session_id"] is None
+    assert down["session_id"] == restarted["session_id"]  # kept for when SwarmUI is back
 
 
 def _server_id(swarm) -> str | None:
@@ -205,3 +228,414 @@ def test_the_config_is_armed_when_written_and_ignores_keys_it_does_not_know(tmp_
     cfg = Config.load(path)
     assert cfg.armed_at == 1000 and cfg.idle_seconds == 1800 and SECRET not in repr(cfg)
     assert idle_killer.main(["check", "--config", str(tmp_path / "absent.json")]) == 2
+
+
+# ---------------------------------------------------------------- SwarmUI as upstream answers (issue 13)
+class UpstreamSwarm:
+    """SwarmUI's API as upstream 062407c7 answers it, for the cases the stand-in cannot stage.
+
+    src/WebAPI/API.cs: the session is checked before the route; an unknown one is HTTP 401
+    invalid_session_id, a missing one HTTP 400 basic_api, an unknown route HTTP 400 bad_route, a
+    missing permission HTTP 400 bad_permissions, each with the JSON error as the body.
+    GetGlobalStatus (AdminAPI.cs) and ListBackends (BackendAPI.cs, keyed by id) as upstream shapes them.
+    """
+
+    def __init__(self):
+        self.sessions: set[str] = set()
+        self.counters = {"waiting_gens": 0, "loading_models": 0, "waiting_backends": 0, "live_gens": 0}
+        self.aggregate = "running"
+        self.listing = {"0": backend(0, "running")}
+        self.refuse: dict[str, tuple[int, str, str]] = {}  # route -> (HTTP status, error_id, error)
+        self.asked: list[tuple[str, int]] = []  # (route, HTTP status) in order
+        swarm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                code, answer = swarm.answer(self.path.removeprefix("/API/"), body)
+                swarm.asked.append((self.path.removeprefix("/API/"), code))
+                data = json.dumps(answer).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, route: str, body: dict) -> tuple[int, dict]:
+        if route == "GetNewSession":
+            self.sessions.add(session := uuid.uuid4().hex)
+            return 200, {"session_id": session, "user_id": "local", "version": "0.9.8.2", "permissions": ["*"]}
+        if "session_id" not in body:
+            return 400, {"error_id": "basic_api", "error": "missing session id"}
+        if body["session_id"] not in self.sessions:
+            return 401, {"error": "Invalid session ID. You may need to refresh the page.",
+                         "error_id": "invalid_session_id"}  # fmt: skip
+        if route in self.refuse:
+            code, error_id, error = self.refuse[route]
+            return code, {"error_id": error_id, "error": error}
+        if route == "GetGlobalStatus":
+            backend_status = {"status": self.aggregate, "class": "", "message": "", "any_loading": False}
+            return 200, {"status": self.counters, "backend_status": backend_status, "supported_features": []}
+        if route == "ListBackends":
+            return 200, self.listing
+        return 400, {"error_id": "bad_route", "error": "Unknown API route"}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def backend(n: int, status: str, kind: str = "comfyui_selfstart", **settings) -> dict:
+    settings = {"StartScript": "dlbackend/ComfyUI/main.py", "GPU_ID": str(n)} | settings
+    return {"type": kind, "status": status, "id": n, "settings": settings, "modcount": 0, "features": [],
+            "enabled": True, "title": "", "max_usages": 1, "seconds_since_used": 0, "time_since_used": "Never",
+            "can_load_models": True}  # fmt: skip
+
+
+@pytest.fixture
+def upstream():
+    swarm = UpstreamSwarm()
+    yield swarm
+    swarm.close()
+
+
+COMFY_MAIN = """
+# A ComfyUI as the killer sees it: its main.py run with --port, answering GET /prompt as ComfyUI's
+# server.py does ({"exec_info": {"queue_remaining": N}}); N is read from the file queue-<port>.
+import argparse, json, pathlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int, default=8188)
+port = parser.parse_known_args()[0].port
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        queue = pathlib.Path(f"queue-{port}")
+        remaining = int(queue.read_text()) if queue.exists() else 0
+        data = json.dumps({"exec_info": {"queue_remaining": remaining}}).encode()
+        self.send_response(200 if self.path == "/prompt" else 404)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+class Comfies:
+    """ComfyUI processes started as SwarmUI starts them (NetworkBackendUtils.DoSelfStart:
+    `<venv>/bin/python3 -s main.py <args> --port N <args>` in ComfyUI's folder), in a cgroup of swarmui.service."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.folder = tmp_path / "dlbackend" / "ComfyUI"
+        self.folder.mkdir(parents=True)
+        (self.folder / "main.py").write_text(COMFY_MAIN)
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.bystander = subprocess.Popen(["sleep", "600"])  # SwarmUI itself, say: in the unit, no ComfyUI
+        self.cgroup = cgroup_root(tmp_path)
+        self._write_cgroup()
+
+    def launch(self, queue: int = 0) -> int:
+        port = free_port()
+        (self.folder / f"queue-{port}").write_text(str(queue))
+        argv = [sys.executable, "-s", "main.py", "--extra-model-paths-config", "/x/comfy-auto-model.yaml",
+                "--port", str(port), "--preview-method", "latent2rgb"]  # fmt: skip
+        self.procs[port] = subprocess.Popen(argv, cwd=self.folder, env={"CUDA_VISIBLE_DEVICES": "0"})
+        self._write_cgroup()
+        wait_for(lambda: _answers(port))
+        return port
+
+    def kill(self, port: int) -> None:
+        self.procs.pop(port).kill()
+        self._write_cgroup()
+
+    def _write_cgroup(self) -> None:
+        cgroup_root(self.tmp_path, (self.bystander.pid, *(p.pid for p in self.procs.values())))
+
+    def close(self) -> None:
+        for proc in [*self.procs.values(), self.bystander]:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(port: int) -> bool:
+    with contextlib.suppress(OSError), idle_killer.urllib.request.urlopen(f"http://127.0.0.1:{port}/prompt", timeout=1):
+        return True
+    return False
+
+
+@pytest.fixture
+def comfies(tmp_path):
+    comfy = Comfies(tmp_path)
+    yield comfy
+    comfy.close()
+
+
+def test_a_killer_facing_401_takes_a_new_session_within_the_tick_and_keeps_it_after(tmp_path, upstream):
+    cfg = config(tmp_path, upstream.port)
+    Path(cfg.status_file).parent.mkdir(parents=True)
+    Path(cfg.status_file).write_text(json.dumps({"session_id": "one-swarmui-forgot"}))  # e.g. Data/ lost
+    status, said = tick(cfg)
+    assert status["reason"] == "queue empty, 1 of 1 ComfyUI backend running, idle for 0 min", status["reason"]
+    assert status["session_id"] in upstream.sessions and said[0].startswith("<6>keep: queue empty")
+    assert upstream.asked == [("GetGlobalStatus", 401), ("GetNewSession", 200), ("GetGlobalStatus", 200),
+                              ("ListBackends", 200)]  # fmt: skip
+    upstream.asked.clear()
+    again, _ = tick(cfg)
+    assert again["session_id"] == status["session_id"] and ("GetNewSession", 200) not in upstream.asked
+
+
+@pytest.mark.parametrize(
+    ("route", "error_id", "error"),
+    [("GetGlobalStatus", "bad_permissions", "You lack permissions for this route."),
+     ("GetGlobalStatus", "bad_route", "Unknown API route"),
+     ("GetNewSession", "basic_api", "Wrong content type")],
+)  # fmt: skip
+def test_a_400_is_named_by_its_error_id_in_the_reason_the_status_file_and_the_journal(
+    tmp_path, upstream, route, error_id, error
+):
+    upstream.refuse[route] = (400, error_id, error)
+    if route == "GetNewSession":
+        upstream.answer = lambda r, b, answer=upstream.answer: (400, {"error_id": error_id, "error": error})
+    status, said = tick(config(tmp_path, upstream.port))
+    named = f"SwarmUI answers {route} with {error_id} ({error}): counted as busy for 20 min more"
+    assert status["reason"] == named and named in said[0] and "not answering" not in said[0]
+    assert json.loads(Path(config(tmp_path, upstream.port).status_file).read_text())["reason"] == named
+
+
+def test_swarmui_down_keeps_the_session_for_when_it_is_back(tmp_path, upstream):
+    cfg = config(tmp_path, upstream.port)
+    first, _ = tick(cfg)
+    upstream.close()
+    down, _ = tick(cfg)
+    assert down["reason"].startswith("SwarmUI not answering") and down["session_id"] == first["session_id"]
+
+
+def test_a_running_generation_with_a_second_errored_backend_keeps_the_vm(tmp_path, upstream):
+    # BackendHandler.CurrentBackendStatus says errored as soon as ANY backend errored
+    upstream.aggregate = "errored"
+    upstream.listing["1"] = backend(1, "errored", kind="comfyui_api", Address="http://10.9.9.9:8188")
+    cfg = config(tmp_path, upstream.port, idle_seconds=0, cap_seconds=0)  # no cap, no idle time: only work keeps
+    upstream.counters["live_gens"] = 1
+    status, said = tick(cfg)
+    assert status["action"] == "keep" and status["reason"] == "1 live gens", status["reason"]
+    assert status["backends"] == "1 of 1 ComfyUI backend running" and said[0] == "<6>keep: 1 live gens"
+    upstream.counters["live_gens"] = 0  # done: the user's errored backend is no trouble, the queue is empty
+    status, _ = tick(cfg)
+    assert status["action"] == "delete" and status["reason"].startswith("queue empty, 1 of 1 ComfyUI backend running")
+
+
+def test_none_of_our_backends_running_is_trouble_whatever_else_runs(tmp_path, upstream):
+    upstream.listing = {"0": backend(0, "errored"), "1": backend(1, "loading"), "2": backend(2, "running", kind="x")}
+    status, _ = tick(config(tmp_path, upstream.port))
+    assert status["reason"] == "0 of 2 ComfyUI backends running (1 errored, 1 loading): counted as busy for 20 min more"
+
+
+def test_a_comfyui_restarted_three_times_still_has_its_queue_seen(tmp_path, upstream, comfies):
+    cfg = config(tmp_path, upstream.port)
+    port = comfies.launch(queue=2)
+    for restart in range(4):
+        status, _ = tick(cfg)
+        assert status["reason"] == "2 in the ComfyUI queue" and status["comfyui"] == [{"port": port, "queue": 2}]
+        if restart < 3:  # AutoRestart relaunches it on the next port (NetworkBackendUtils.GetNextPort)
+            comfies.kill(port)
+            port = comfies.launch(queue=2)
+
+
+def test_a_comfyui_that_runs_but_does_not_tell_its_queue_is_trouble_never_an_empty_queue(tmp_path, upstream, comfies):
+    port = comfies.launch(queue=0)
+    (comfies.folder / f"queue-{port}").write_text("garbage")  # its GET /prompt now fails, as a hung one would
+    status, _ = tick(config(tmp_path, upstream.port))
+    assert status["comfyui"] == [{"port": port, "queue": None}]
+    assert status["reason"].startswith(f"ComfyUI on port {port} does not tell its queue: counted as busy for ")
+    assert status["fires_at"] is None
+
+
+def test_every_comfyui_is_counted_one_per_gpu(tmp_path, upstream, comfies):
+    upstream.listing = {"0": backend(0, "running"), "1": backend(1, "running")}
+    ports = [comfies.launch(queue=1), comfies.launch(queue=2)]
+    status, _ = tick(config(tmp_path, upstream.port))
+    assert status["reason"] == "3 in the ComfyUI queue" and status["backends"] == "2 of 2 ComfyUI backends running"
+    seen = [{"port": ports[0], "queue": 1}, {"port": ports[1], "queue": 2}]
+    assert status["comfyui"] == sorted(seen, key=lambda c: c["port"])
+    for port in ports:
+        (comfies.folder / f"queue-{port}").write_text("0")
+    idle, _ = tick(config(tmp_path, upstream.port))
+    assert idle["reason"].startswith("queue empty, 2 of 2 ComfyUI backends running, idle for")
+
+
+def test_a_comfyui_outside_swarmuis_unit_is_not_ours_and_an_explicit_port_list_overrides(tmp_path, comfies):
+    port = comfies.launch(queue=1)
+    assert live_comfy_ports(str(comfies.cgroup), "swarmui.service") == (port,)
+    assert live_comfy_ports(str(comfies.cgroup), "other.service", proc=str(tmp_path / "noproc")) == ()
+    cgroup_root(tmp_path, (comfies.bystander.pid,))  # the ComfyUI left the unit: not SwarmUI's
+    assert live_comfy_ports(str(comfies.cgroup), "swarmui.service") == ()
+
+
+def test_without_the_unit_in_the_cgroup_tree_the_processes_are_found_by_their_cgroup_line(tmp_path):
+    proc = tmp_path / "proc"
+    for pid, cgroup, argv in [
+        (11, "0::/system.slice/swarmui.service\n", ["python3", "-s", "main.py", "--port", "7823"]),
+        (12, "0::/system.slice/swarmui.service\n", ["/root/.dotnet/dotnet", "SwarmUI.dll"]),
+        (13, "0::/system.slice/other.service\n", ["python3", "main.py", "--port", "7900"]),
+        (14, "12:pids:/system.slice/swarmui.service\n1:name=systemd:/system.slice/swarmui.service\n",
+         ["python3", "/opt/swarmui/dlbackend/ComfyUI/main.py", "--port=9100"]),  # cgroup v1
+    ]:  # fmt: skip
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(cgroup)
+        (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (proc / "self").mkdir()
+    assert sorted(unit_pids(str(tmp_path / "no-cgroup"), "swarmui.service", str(proc))) == [11, 12, 14]
+    assert live_comfy_ports(str(tmp_path / "no-cgroup"), "swarmui.service", str(proc)) == (7823, 9100)
+
+
+@pytest.mark.parametrize(
+    ("argv", "port"),
+    [(["/d/venv/bin/python3", "-s", "main.py", "--port", "7821"], 7821),
+     (["python3", "-s", "main.py", "--listen", "--port", "7821", "--port", "7830"], 7830),  # argparse: the last
+     (["python3", "main.py", "--port=8000"], 8000),
+     (["python3", "main.py"], None),  # ComfyUI's own 8188 then, never SwarmUI's
+     (["python3", "other.py", "--port", "7821"], None),
+     (["python3", "main.py", "--port", "x"], None),
+     (["python3", "main.py", "--port"], None)],
+)  # fmt: skip
+def test_comfyuis_port_is_read_from_its_command_line(argv, port):
+    assert comfy_port(argv) == port
+
+
+def test_the_data_volume_not_mounted_or_without_its_marker_is_named_as_trouble(tmp_path, upstream, monkeypatch):
+    data = tmp_path / "swarm_data"
+    data.mkdir()
+    cfg = config(tmp_path, upstream.port, data_mount=str(data))
+    status, said = tick(cfg)
+    assert status["reason"] == f"data volume not mounted at {data}: counted as busy for 20 min more"
+    assert "SwarmUI" not in said[0]
+    monkeypatch.setattr(idle_killer.os.path, "ismount", lambda p: p == str(data))
+    assert tick(cfg)[0]["reason"].startswith(f"data volume at {data} lacks its marker .gpu-rent-ready: counted")
+    (data / ".gpu-rent-ready").touch()
+    assert tick(cfg)[0]["reason"].startswith("queue empty")
+
+
+# ---------------------------------------------------------------- the stand-in's ComfyUI processes (issue 13)
+def unit_of(tmp_path: Path, launcher: subprocess.Popen) -> None:
+    """swarmui.service's cgroup as systemd would fill it: the launcher and every process under it
+    (bash, the server, its ComfyUI children), written where the killer's config looks."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if entry.name.isdigit():
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    pids, todo = [], [launcher.pid]
+    while todo:
+        pids.append(pid := todo.pop())
+        todo += children.get(pid, [])
+    cgroup_root(tmp_path, tuple(pids))
+
+
+def comfy_up(swarm, port: int) -> bool:
+    """The ComfyUI on port answers with an empty queue, and SwarmUI calls all its backends running."""
+    with (
+        contextlib.suppress(OSError, ValueError),
+        idle_killer.urllib.request.urlopen(f"http://127.0.0.1:{port}/prompt", timeout=1) as reply,
+    ):
+        empty = json.loads(reply.read())["exec_info"]["queue_remaining"] == 0
+        return empty and all(b["status"] == "running" for b in swarm.post("/API/ListBackends").values())
+    return False
+
+
+def standin_queue(port: int, count: int, seconds: float) -> None:
+    """The ComfyUI stand-in's hook: prompts as the Comfy Workflow tab sends them, unseen by SwarmUI."""
+    body = json.dumps({"count": count, "seconds": seconds}).encode()
+    with idle_killer.urllib.request.urlopen(f"http://127.0.0.1:{port}/standin_test/queue", body, timeout=5):
+        pass
+
+
+TWO_GPUS = BACKENDS + BACKENDS.replace("0:", "1:").replace("GPU_ID: 0", "GPU_ID: 1")
+
+
+def test_the_standins_comfyui_queue_is_seen_at_the_port_it_runs_on(tmp_path):
+    swarm, proc = start(tmp_path / "SwarmUI")
+    try:
+        cfg = config(tmp_path, swarm.port)
+        wait_for(lambda: comfy_up(swarm, swarm.comfy_port))
+        unit_of(tmp_path, proc)
+        swarm.post("/StandinTest/ComfyQueue", {"session_id": swarm.session, "seconds": 5, "count": 3})
+        status, _ = tick(cfg)
+        assert status["reason"] == "3 in the ComfyUI queue" and status["comfyui"] == [{"port": swarm.comfy_port,
+                                                                                       "queue": 3}]  # fmt: skip
+    finally:
+        stop(proc)
+
+
+def test_a_session_the_standin_does_not_know_is_replaced_within_the_tick(tmp_path):
+    swarm, proc = start(tmp_path / "SwarmUI")
+    try:
+        cfg = config(tmp_path, swarm.port)
+        wait_for(lambda: swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "running")
+        Path(cfg.status_file).parent.mkdir(parents=True)
+        Path(cfg.status_file).write_text(json.dumps({"session_id": "not-a-session-of-this-swarmui"}))
+        status, _ = tick(cfg)
+        assert status["reason"].startswith("queue empty, 1 of 1 ComfyUI backend running, idle for"), status["reason"]
+        assert status["session_id"] != "not-a-session-of-this-swarmui"
+    finally:
+        stop(proc)
+
+
+def test_a_generation_beside_an_errored_remote_backend_keeps_the_vm_on_the_standin(tmp_path):
+    dead = free_port()  # a user's remote ComfyUI, offline
+    remote = "1:\n    type: comfyui_api\n    title: Remote\n    enabled: true\n    settings:\n"
+    remote += f"        Address: http://127.0.0.1:{dead}\n"
+    swarm, proc = start(tmp_path / "SwarmUI", backends=BACKENDS + remote)
+    try:
+        cfg = config(tmp_path, swarm.port, cap_seconds=0, idle_seconds=0)  # only work may keep it
+        wait_for(lambda: [b["status"] for b in swarm.post("/API/ListBackends").values()] == ["running", "errored"], 40)
+        assert swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "errored"
+        swarm.post("/StandinTest/QueueGeneration", {"session_id": swarm.session, "seconds": 5, "count": 2})
+        status, _ = tick(cfg)
+        assert status["action"] == "keep" and "gens" in status["reason"], status["reason"]
+        assert "counted as busy" not in status["reason"] and status["backends"] == "1 of 1 ComfyUI backend running"
+    finally:
+        stop(proc)
+
+
+def test_the_standins_comfyui_killed_three_times_is_seen_at_each_new_port(tmp_path):
+    swarm, proc = start(tmp_path / "SwarmUI")
+    try:
+        cfg = config(tmp_path, swarm.port)
+        port = swarm.comfy_port
+        for restart in range(4):
+            wait_for(lambda p=port: comfy_up(swarm, p), 30)
+            unit_of(tmp_path, proc)
+            standin_queue(port, 2, 5)
+            status, _ = tick(cfg)
+            assert status["reason"] == "2 in the ComfyUI queue" and status["comfyui"] == [{"port": port, "queue": 2}]
+            if restart < 3:  # AutoRestart: the next port (NetworkBackendUtils.GetNextPort)
+                os.kill(comfy_processes(swarm.root)[0]["pid"], 9)
+                port += 1
+    finally:
+        stop(proc)
+
+
+def test_one_comfyui_per_gpu_all_counted_on_the_standin(tmp_path):
+    swarm, proc = start(tmp_path / "SwarmUI", backends=TWO_GPUS)
+    try:
+        cfg = config(tmp_path, swarm.port)
+        ports = (swarm.comfy_port, swarm.comfy_port + 1)
+        wait_for(lambda: all(comfy_up(swarm, p) for p in ports), 30)
+        unit_of(tmp_path, proc)
+        standin_queue(ports[0], 1, 5)
+        standin_queue(ports[1], 2, 5)
+        status, _ = tick(cfg)
+        assert status["reason"] == "3 in the ComfyUI queue" and status["backends"] == "2 of 2 ComfyUI backends running"
+        assert status["comfyui"] == [{"port": ports[0], "queue": 1}, {"port": ports[1], "queue": 2}]
+    finally:
+        stop(proc)

@@ -56,3 +56,11 @@ def test_a_credential_near_its_expiry_is_mentioned():
 def test_a_damaged_report_is_said_not_raised():
     assert "unreadable" in describe(status(tick_at="x"), NOW)
     assert "unreadable" in describe(status(credential="ok"), NOW)
+
+
+def test_our_backends_are_counted_once():
+    running = "2 of 2 ComfyUI backends running"
+    kept = describe(status(fires_at=None, reason="1 live gens", backends=running), NOW)
+    assert kept == f"armed, kept alive by: 1 live gens; {running}"
+    idle = describe(status(reason=f"queue empty, {running}, idle for 3 min", backends=running), NOW)
+    assert idle.count(running) == 1

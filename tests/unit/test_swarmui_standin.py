@@ -1,7 +1,10 @@
-"""The SwarmUI stand-in speaks SwarmUI's API shapes (shared/research/swarmui-api.md).
+"""The SwarmUI stand-in answers as upstream SwarmUI 062407c7 does, and self-starts real ComfyUI processes.
 
-It runs here on loopback exactly as the target hosts run it: launch-linux.sh
-from a checkout, with Data/Settings.fds and Data/Backends.fds.
+It runs here on loopback as the target hosts run it: launch-linux.sh from a git checkout of what
+publish-standin.sh publishes, the stand-in dotnet in $HOME/.dotnet, Data/Settings.fds and
+Data/Backends.fds. ComfyUI is the stand-in's (src/standin/comfyui.py as dlbackend/ComfyUI/main.py)
+in a venv of this machine's python (made without pip: fast, and enough for it). Each test names the
+upstream behaviour it pins; a stand-in that drifts from it fails here.
 """
 
 import contextlib
@@ -11,13 +14,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-STANDIN = Path(__file__).resolve().parents[2] / "ground" / "swarmui-standin"
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "ground" / "swarmui-standin"
 BACKENDS = """0:
     type: comfyui_selfstart
     title: ComfyUI
@@ -26,6 +32,7 @@ BACKENDS = """0:
         StartScript: dlbackend/ComfyUI/main.py
         GPU_ID: 0
 """
+UPSTREAM_VERSION = "0.9.8.2"  # src/SwarmUI.csproj <Version> at 062407c7
 
 
 def free_port() -> int:
@@ -34,56 +41,143 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_listened(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 class Swarm:
     def __init__(self, root: Path, port: int, comfy_port: int):
         self.root, self.port, self.comfy_port = root, port, comfy_port
         self.session = None
 
-    def post(self, route: str, body: dict | None = None) -> dict:
+    def call(self, route: str, body: dict | None = None, content_type: str = "application/json") -> tuple[int, dict]:
+        """HTTP code and JSON body, errors included (upstream answers 4xx with a JSON body)."""
         if body is None:
             body = {"session_id": self.session}
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{route}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+            f"http://127.0.0.1:{self.port}{route}", json.dumps(body).encode(), {"Content-Type": content_type}
         )
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return json.loads(response.read())
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def post(self, route: str, body: dict | None = None) -> dict:
+        code, answer = self.call(route, body)
+        assert code == 200, (code, answer)
+        return answer
+
+    def status(self) -> str:
+        return self.post("/API/GetGlobalStatus")["backend_status"]["status"]
+
+    def backends(self) -> dict:
+        return self.post("/API/ListBackends")
+
+
+def comfy_install(root: Path, venv: str = "venv") -> None:
+    """What launchtools/comfy-install-linux.sh leaves, quickly: ComfyUI's main.py and a venv (no pip).
+    venv "dangling-venv": its python3 a link to an interpreter that is gone (a boot disk replaced)."""
+    comfy = root / "dlbackend" / "ComfyUI"
+    comfy.mkdir(parents=True)
+    shutil.copy2(STANDIN / "src" / "standin" / "comfyui.py", comfy / "main.py")
+    (comfy / "requirements.txt").write_text("")
+    if venv == "venv":
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(comfy / "venv")], check=True)
+    elif venv == "dangling-venv":
+        (comfy / "venv/bin").mkdir(parents=True)
+        (comfy / "venv/bin/python3").symlink_to("/nonexistent/python3.11")
+
+
+def checkout(root: Path) -> None:
+    """The files publish-standin.sh publishes (tracked, or untracked and not ignored), committed."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard", "--", str(STANDIN)],
+                            cwd=REPO, check=True, capture_output=True, text=True).stdout  # fmt: skip
+    for name in filter(None, listed.split("\0")):
+        src = REPO / name
+        if src.is_file():
+            dest = root / src.relative_to(STANDIN)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+    env = dict(
+        os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t"
+    )
+    for args in (["init", "-q", "-b", "master"], ["add", "-f", "-A", "."], ["commit", "-q", "-m", "stand-in"]):
+        subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True)
 
 
 def start(
-    root: Path, *, backends: str | None = BACKENDS, comfy: bool = True, extra=()
+    root: Path, *, backends: str | None = BACKENDS, comfy: str | None = "venv", extra=(), settings: str | None = None
 ) -> tuple[Swarm, subprocess.Popen]:
-    shutil.copytree(STANDIN, root)
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    """A checkout started with launch-linux.sh; comfy: see comfy_install (None: no ComfyUI at all).
+    ComfyUI's first port is a free one (the port counter starts just below it) unless `settings`
+    gives the Network section."""
+    checkout(root)
+    home = root.parent / f"{root.name}-home"
+    home.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "STANDIN_BACKEND_START_SECONDS": "0.5",
+           "STANDIN_CRITICAL_PAUSE": "0"}  # fmt: skip
+    if (root / "launchtools/linux-dotnet-install.sh").is_file():
+        subprocess.run(["bash", "launchtools/linux-dotnet-install.sh", str(home / ".dotnet")], cwd=root, env=env,
+                       check=True, capture_output=True)  # fmt: skip
     if comfy:
-        subprocess.run(["bash", "launchtools/comfy-install-linux.sh", "nv"], cwd=root, check=True, capture_output=True)
+        comfy_install(root, comfy)
+    port, comfy_port = free_port(), free_port()
     (root / "Data").mkdir()
-    (root / "Data/Settings.fds").write_text("IsInstalled: true\nLaunchMode: none\n")
+    if settings is None:
+        settings = f"Network:\n    BackendStartingPort: {comfy_port - 1}\n"
+    (root / "Data/Settings.fds").write_text("IsInstalled: true\nLaunchMode: none\n" + settings)
     if backends is not None:
         (root / "Data/Backends.fds").write_text(backends)
-    port, comfy_port = free_port(), free_port()
     proc = subprocess.Popen(
-        ["./launch-linux.sh", "--launch_mode", "none", "--host", "127.0.0.1", "--port", str(port), *extra],
-        cwd=root,
-        env={"PATH": "/usr/bin:/bin", "STANDIN_BACKEND_START_SECONDS": "0.5", "STANDIN_COMFY_PORT": str(comfy_port)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        ["./launch-linux.sh", *extra, "--launch_mode", "none", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     swarm = Swarm(root, port, comfy_port)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         try:
             swarm.session = swarm.post("/API/GetNewSession", {})["session_id"]
             return swarm, proc
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise
+                stop(proc)
+                raise AssertionError(proc.stdout.read().decode(errors="replace")[-3000:]) from None
             time.sleep(0.1)
+        except BaseException:  # any other failure of the start leaves no server (nor its ComfyUIs) behind
+            stop(proc)
+            raise
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """The launcher and the server it runs (a child, not an exec)."""
+    """The launcher, the server it runs and the ComfyUI processes the server started: one process group."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def comfy_processes(root: Path) -> list[dict]:
+    """The live ComfyUI processes of this checkout, as the idle-killer finds them on a VM: from /proc
+    (cwd dlbackend/ComfyUI, `main.py` and its --port on the command line), with their environment."""
+    cwd = str((root / "dlbackend" / "ComfyUI").resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "cwd") != cwd:
+                continue
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")[:-1]
+            environ = dict(v.split("=", 1) for v in (entry / "environ").read_bytes().decode().split("\0") if "=" in v)
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if "main.py" in argv and state != "Z":
+            found.append({"pid": int(entry.name), "argv": argv, "port": int(argv[argv.index("--port") + 1]),
+                          "env": environ})  # fmt: skip
+    return sorted(found, key=lambda p: p["port"])
 
 
 @pytest.fixture
@@ -93,7 +187,7 @@ def swarm(tmp_path):
     stop(proc)
 
 
-def wait_for(check, timeout=10):
+def wait_for(check, timeout=20):
     deadline = time.monotonic() + timeout
     while not (value := check()):
         assert time.monotonic() < deadline, "condition not met in time"
@@ -101,27 +195,71 @@ def wait_for(check, timeout=10):
     return value
 
 
-def test_new_session_has_swarmui_fields(swarm):
+def running_on(swarm: Swarm, port: int, timeout: float = 20) -> dict:
+    """Waits until the only ComfyUI of the checkout listens on `port` and SwarmUI calls it running."""
+
+    def check():
+        procs = comfy_processes(swarm.root)
+        ok = [p["port"] for p in procs] == [port] and swarm.backends()["0"]["status"] == "running"
+        return ok and procs[0]
+
+    return wait_for(check, timeout)
+
+
+# --- src/WebAPI/BasicAPIFeatures.cs GetNewSession; src/Accounts/SessionHandler.cs --------------------
+
+
+def test_new_session_has_upstreams_fields_and_version(swarm):
     reply = swarm.post("/API/GetNewSession", {})
-    assert set(reply) == {"session_id", "user_id", "output_append_user", "version", "server_id", "permissions"}
-    assert reply["user_id"] == "local"
+    assert list(reply) == ["session_id", "user_id", "output_append_user", "version", "server_id", "permissions"]
+    assert reply["version"] == UPSTREAM_VERSION and reply["user_id"] == "local" and "*" in reply["permissions"]
+    assert len(reply["session_id"]) == 40 and set(reply["session_id"]) <= set("0123456789abcdef")
 
 
-def test_a_call_without_a_valid_session_gets_invalid_session_id(swarm):
-    assert swarm.post("/API/GetGlobalStatus", {"session_id": "nope"})["error_id"] == "invalid_session_id"
+def test_sessions_survive_a_restart_in_data_users_ldb(swarm):
+    old_server = swarm.post("/API/GetNewSession", {})["server_id"]
+    swarm.post("/StandinTest/Restart")  # exit 42: launch-linux.sh starts a new server process
+    wait_for(lambda: _server_id(swarm) not in (None, old_server))
+    code, answer = swarm.call("/API/GetGlobalStatus")  # the session from before the restart
+    assert code == 200 and "status" in answer, answer
+    assert swarm.session in (swarm.root / "Data/Users.ldb").read_text()
+
+
+# --- src/WebAPI/API.cs HandleAsyncRequest -------------------------------------------------------------
+
+
+def test_api_errors_carry_upstreams_http_codes_and_the_session_is_checked_before_the_route(swarm):
+    invalid = {"error": "Invalid session ID. You may need to refresh the page.", "error_id": "invalid_session_id"}
+    missing = {"error_id": "basic_api", "error": "missing session id"}
+    bad_route = {"error_id": "bad_route", "error": "Unknown API route"}
+    assert swarm.call("/API/GetGlobalStatus", {"session_id": "nope"}) == (401, invalid)
+    assert swarm.call("/API/GetGlobalStatus", {}) == (400, missing)
+    assert swarm.call("/API/NoSuchRoute") == (400, bad_route)
+    assert swarm.call("/API/NoSuchRoute", {"session_id": "nope"}) == (401, invalid)  # session first
+    assert swarm.call("/API/NoSuchRoute", {}) == (400, missing)
+    assert swarm.call("/API/getglobalstatus")[0] == 200  # routes are matched lower-cased
+    wrong_type = {"error_id": "basic_api", "error": "Wrong content type"}
+    assert swarm.call("/API/GetNewSession", {}, "text/plain") == (400, wrong_type)
+    hooks = ("/StandinTest/QueueGeneration", "/StandinTest/ComfyQueue")
+    assert [swarm.call(r, {"session_id": "nope"})[0] for r in hooks] == [401, 401]  # a session, as the API
+
+
+# --- src/WebAPI/AdminAPI.cs GetGlobalStatus, BasicAPIFeatures.cs GetCurrentStatus -------------------------
 
 
 def test_global_status_shape_and_backend_loading_then_running(swarm):
     first = swarm.post("/API/GetGlobalStatus")
-    assert set(first) == {"status", "backend_status", "supported_features"}
-    assert set(first["status"]) == {"waiting_gens", "loading_models", "waiting_backends", "live_gens"}
-    assert set(first["backend_status"]) == {"status", "class", "message", "any_loading"}
-    assert first["backend_status"]["status"] in ("loading", "running")
-    wait_for(lambda: swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "running")
+    assert list(first) == ["status", "backend_status", "supported_features"]
+    assert list(first["status"]) == ["waiting_gens", "loading_models", "waiting_backends", "live_gens"]
+    assert list(first["backend_status"]) == ["status", "class", "message", "any_loading"]
+    assert first["backend_status"]["status"] == "loading" and first["backend_status"]["any_loading"] is True
+    wait_for(lambda: swarm.status() == "running")
+    running = {"status": "running", "class": "", "message": "", "any_loading": False}
+    assert swarm.post("/API/GetGlobalStatus")["backend_status"] == running
 
 
 def test_queued_generations_count_across_sessions_but_not_in_another_sessions_current_status(swarm):
-    wait_for(lambda: swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "running")
+    wait_for(lambda: swarm.status() == "running")
     other = swarm.post("/API/GetNewSession", {})["session_id"]
     swarm.post("/StandinTest/QueueGeneration", {"session_id": other, "seconds": 1.5, "count": 2})
     status = swarm.post("/API/GetGlobalStatus")["status"]
@@ -129,14 +267,6 @@ def test_queued_generations_count_across_sessions_but_not_in_another_sessions_cu
     assert swarm.post("/API/GetCurrentStatus")["status"]["live_gens"] == 0  # per-session, the research's trap
     wait_for(lambda: swarm.post("/API/GetGlobalStatus")["status"]["live_gens"] == 0, timeout=10)
     assert list((swarm.root / "Output/local/raw").glob("*/*.png"))
-
-
-def test_list_backends_is_an_object_keyed_by_id(swarm):
-    backends = swarm.post("/API/ListBackends", {"session_id": swarm.session, "nonreal": False, "full_data": True})
-    assert list(backends) == ["0"]
-    assert backends["0"]["type"] == "comfyui_selfstart"
-    assert backends["0"]["time_since_used"] == "Never" and backends["0"]["seconds_since_used"] == 0
-    assert "current_model" in backends["0"]
 
 
 def test_model_download_writes_a_download_tmp_then_renames_it(swarm):
@@ -147,46 +277,194 @@ def test_model_download_writes_a_download_tmp_then_renames_it(swarm):
     assert not (models / "x.download.tmp").exists()
 
 
+# --- src/WebAPI/BackendAPI.cs ListBackends / BackendToNet ------------------------------------------------
+
+
+def test_list_backends_is_an_object_keyed_by_id_in_backend_to_net_shape(swarm):
+    wait_for(lambda: swarm.status() == "running")
+    backends = swarm.post("/API/ListBackends", {"session_id": swarm.session, "nonreal": False, "full_data": True})
+    assert list(backends) == ["0"]
+    b = backends["0"]
+    assert list(b) == ["type", "status", "id", "settings", "modcount", "features", "enabled", "title", "max_usages",
+                       "seconds_since_used", "time_since_used", "can_load_models", "current_model"]  # fmt: skip
+    assert (b["type"], b["status"], b["id"], b["title"], b["enabled"]) == ("comfyui_selfstart", "running", 0,
+                                                                         "ComfyUI", True)  # fmt: skip
+    assert b["time_since_used"] == "Never" and b["seconds_since_used"] == 0
+    assert b["max_usages"] == 2  # 1 + OverQueue, set by InitInternal
+    # ComfyUISelfStartSettings, every field, typed, the file's values over the defaults
+    assert b["settings"] == {"StartScript": "dlbackend/ComfyUI/main.py", "ExtraArgs": "", "DisableInternalArgs": False,
+                             "AutoUpdate": "false", "UpdateManagedNodes": "false",
+                             "FrontendVersion": "LatestSwarmValidated", "EnablePreviews": "true", "GPU_ID": "0",
+                             "OverQueue": 1, "AutoRestart": True}  # fmt: skip
+    assert "current_model" not in swarm.backends()["0"]  # only with full_data
+
+
+# --- src/Backends/BackendHandler.cs CurrentBackendStatus, LoadBackendDirect -------------------------------
+
+
 def test_no_backends_is_empty_and_a_missing_comfy_install_is_errored(tmp_path):
     swarm, proc = start(tmp_path / "a", backends=None)
     try:
-        assert swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "empty"
+        assert swarm.status() == "empty"
     finally:
         stop(proc)
-    swarm, proc = start(tmp_path / "b", comfy=False)
+    swarm, proc = start(tmp_path / "b", comfy=None)  # no main.py: IsValidStartPath refuses it
     try:
-        assert swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "errored"
+        wait_for(lambda: swarm.status() == "errored", timeout=10)
     finally:
         stop(proc)
 
 
-def test_must_rebuild_triggers_a_build_and_exit_42_restarts(tmp_path):
-    swarm, proc = start(tmp_path / "s")
+def test_disabled_backends_are_all_disabled_and_start_no_comfyui(tmp_path):
+    swarm, proc = start(tmp_path / "s", backends=BACKENDS.replace("enabled: true", "enabled: false"))
     try:
-        builds = (swarm.root / "src/bin/build.log").read_text().count("build")
-        (swarm.root / "src/bin/must_rebuild").touch()
-        old_server = swarm.post("/API/GetNewSession", {})["server_id"]
+        wait_for(lambda: swarm.backends()["0"]["status"] == "disabled")
+        assert swarm.status() == "all_disabled" and comfy_processes(swarm.root) == []
+    finally:
+        stop(proc)
+
+
+def test_a_venv_whose_python_is_gone_is_errored_after_upstreams_retries(tmp_path):
+    """ConfigurePythonExeFor picks venv/bin/python3 (a dangling link counts, as for .NET's File.Exists);
+    Process.Start then throws: LoadBackendDirect retries 3 times (MaxBackendInitAttempts), then ERRORED."""
+    swarm, proc = start(tmp_path / "s", comfy="dangling-venv")
+    try:
+        statuses = []
+        wait_for(lambda: statuses.append(s := swarm.backends()["0"]["status"]) or s == "errored", timeout=30)
+        assert "waiting" in statuses and comfy_processes(swarm.root) == []
+    finally:
+        stop(proc)
+
+
+def test_an_errored_second_backend_makes_the_aggregate_errored_while_ours_runs(tmp_path):
+    dead = free_port()  # nothing listens there
+    backends = (
+        BACKENDS
+        + f"""1:
+    type: comfyui_api
+    title: Remote
+    enabled: true
+    settings:
+        Address: http://127.0.0.1:{dead}
+"""
+    )
+    swarm, proc = start(tmp_path / "s", backends=backends)
+    try:
+        wait_for(lambda: [b["status"] for b in swarm.backends().values()] == ["running", "errored"], timeout=40)
+        assert swarm.post("/API/GetGlobalStatus")["backend_status"] == {
+            "status": "errored", "class": "error", "any_loading": False,
+            "message": "Some backends have errored on the server. Check the server logs for details.",
+        }  # fmt: skip
+        assert list(swarm.backends()["1"]["settings"]) == ["Address", "AllowIdle", "OverQueue", "EnableFrontendDev"]
+        assert swarm.post("/StandinTest/ComfyQueue", {"session_id": swarm.session, "count": 2, "seconds": 5})["success"]
+        assert _comfy_get(swarm.comfy_port, "/prompt") == {"exec_info": {"queue_remaining": 2}}
+    finally:
+        stop(proc)
+
+
+# --- src/Backends/NetworkBackendUtils.cs GetNextPort / DoSelfStart; ComfyUISelfStartBackend.cs ------------
+
+
+def test_first_comfyui_listens_on_7821_and_every_relaunch_takes_the_next_port(tmp_path):
+    """BackendStartingPort 7820, incremented before use: 7821; a ComfyUI that dies is relaunched
+    (AutoRestart) on 7822, 7823, 7824."""
+    if any(port_listened(p) for p in range(7820, 7826)):
+        pytest.skip("something else listens on 7820-7825 here")
+    swarm, proc = start(tmp_path / "s", settings="")
+    try:
+        first = running_on(swarm, 7821)
+        # the arguments upstream passes (ExtraArgs, --port, then the internal ones) and the GPU by env
+        data = str(swarm.root.resolve() / "Data" / "comfy-auto-model.yaml")
+        assert first["argv"] == [str(swarm.root.resolve() / "dlbackend/ComfyUI/venv/bin/python3"), "-s", "main.py",
+                                 "--port", "7821", "--extra-model-paths-config", data, "--preview-method", "latent2rgb",
+                                 "--front-end-version", "Comfy-Org/ComfyUI_frontend@v1.47.12"]  # fmt: skip
+        assert first["env"]["CUDA_VISIBLE_DEVICES"] == "0" and first["env"]["ROCR_VISIBLE_DEVICES"] == "0"
+        for port in (7822, 7823, 7824):
+            pid = comfy_processes(swarm.root)[0]["pid"]
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: swarm.backends()["0"]["status"] == "errored")  # until the relaunch 2 s later
+            running_on(swarm, port)
+        assert not port_listened(7821)
+    finally:
+        stop(proc)
+
+
+def test_restart_backends_relaunches_comfyui_on_the_next_port(swarm):
+    running_on(swarm, swarm.comfy_port)
+    old = comfy_processes(swarm.root)[0]["pid"]
+    assert swarm.post("/API/RestartBackends", {"session_id": swarm.session}) == {"result": "Success.", "count": 1}
+    running_on(swarm, swarm.comfy_port + 1)
+    assert not Path(f"/proc/{old}").exists() or old not in [p["pid"] for p in comfy_processes(swarm.root)]
+
+
+def test_each_selfstart_backend_runs_its_own_comfyui_on_its_gpu(tmp_path):
+    second = BACKENDS.replace("0:", "1:").replace("GPU_ID: 0", "GPU_ID: 1").replace("title: ComfyUI", "title: GPU 1")
+    backends = BACKENDS + second
+    swarm, proc = start(tmp_path / "s", backends=backends)
+    try:
+        wait_for(lambda: [b["status"] for b in swarm.backends().values()] == ["running", "running"])
+        procs = comfy_processes(swarm.root)
+        assert [(p["port"], p["env"]["CUDA_VISIBLE_DEVICES"]) for p in procs] == [
+            (swarm.comfy_port, "0"), (swarm.comfy_port + 1, "1")]  # fmt: skip
+    finally:
+        stop(proc)
+
+
+def test_a_comfyui_that_fails_at_its_first_launch_is_errored_and_not_relaunched(tmp_path):
+    """DoSelfStart: "AutoRestart ignored as this was an initial launch failure" (ComfyUI refuses an
+    unknown argument, as comfy/cli_args.py does)."""
+    swarm, proc = start(tmp_path / "s", backends=BACKENDS + "        ExtraArgs: --no-such-flag\n")
+    try:
+        wait_for(lambda: swarm.backends()["0"]["status"] == "errored")
+        time.sleep(3)  # a relaunch would come 2 s later
+        assert swarm.backends()["0"]["status"] == "errored" and comfy_processes(swarm.root) == []
+        assert not port_listened(swarm.comfy_port + 1)
+    finally:
+        stop(proc)
+
+
+def test_comfyui_processes_end_with_the_server(tmp_path):
+    swarm, proc = start(tmp_path / "s", extra=["--forward_restart"])
+    try:
+        running_on(swarm, swarm.comfy_port)
+        pid = comfy_processes(swarm.root)[0]["pid"]
         swarm.post("/StandinTest/Restart")
-        new_server = wait_for(lambda: _server_id(swarm, old_server), timeout=10)
-        assert new_server != old_server and proc.poll() is None  # same launcher process, restarted server
-        assert (swarm.root / "src/bin/build.log").read_text().count("build") == builds + 1
-        assert not (swarm.root / "src/bin/must_rebuild").exists()
+        assert proc.wait(timeout=30) == 42  # --forward_restart: launch-linux.sh passes 42 on
+        assert comfy_processes(swarm.root) == [] and not port_listened(swarm.comfy_port), pid
     finally:
         stop(proc)
+    swarm, proc = start(tmp_path / "t")
+    try:
+        running_on(swarm, swarm.comfy_port)
+        server = [p for p in _children(proc.pid) if b"server.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        os.kill(server[0], signal.SIGTERM)  # systemd's stop
+        wait_for(lambda: comfy_processes(swarm.root) == [])
+    finally:
+        stop(proc)
+
+
+# --- the ComfyUI stand-in: ComfyUI's server.py GET /queue, GET /prompt ------------------------------------
+
+
+def test_comfyui_queue_and_prompt_shapes_and_the_swarmui_hook_that_fills_them(swarm):
+    running_on(swarm, swarm.comfy_port)
+    assert _comfy_get(swarm.comfy_port, "/queue") == {"queue_running": [], "queue_pending": []}
+    swarm.post("/StandinTest/ComfyQueue", {"session_id": swarm.session, "count": 3, "seconds": 5})
+    queue = _comfy_get(swarm.comfy_port, "/queue")
+    assert len(queue["queue_running"]) == 1 and len(queue["queue_pending"]) == 2
+    assert [len(item) for item in queue["queue_running"] + queue["queue_pending"]] == [5, 5, 5]
+    assert _comfy_get(swarm.comfy_port, "/prompt") == {"exec_info": {"queue_remaining": 3}}
+    assert _comfy_get(swarm.comfy_port, "/api/prompt") == {"exec_info": {"queue_remaining": 3}}
+    assert swarm.post("/API/GetGlobalStatus")["status"]["live_gens"] == 0  # SwarmUI does not see them
 
 
 def test_forward_restart_exits_42(tmp_path):
     swarm, proc = start(tmp_path / "f", extra=["--forward_restart"])
-    swarm.post("/StandinTest/Restart")
-    assert proc.wait(timeout=10) == 42
-
-
-def _server_id(swarm, old):
     try:
-        new = swarm.post("/API/GetNewSession", {})["server_id"]
-    except OSError:
-        return None
-    return new if new != old else None
+        swarm.post("/StandinTest/Restart")
+        assert proc.wait(timeout=30) == 42
+    finally:
+        stop(proc)
 
 
 def test_a_websocket_route_upgrades_and_echoes_text_binary_and_ping(swarm):
@@ -198,3 +476,26 @@ def test_a_websocket_route_upgrades_and_echoes_text_binary_and_ping(swarm):
         ws.send(bytes(range(256)) * 300)  # a 16-bit-length frame is too short for this: 64-bit length
         assert ws.recv(timeout=5) == bytes(range(256)) * 300
         ws.ping().wait(5)
+
+
+def _server_id(swarm):
+    try:
+        return swarm.post("/API/GetNewSession", {})["server_id"]
+    except OSError:
+        return None
+
+
+def _comfy_get(port: int, route: str) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{route}", timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of pid."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out += [int(entry.name), *_children(int(entry.name))]
+    return out

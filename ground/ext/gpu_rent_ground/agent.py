@@ -1,7 +1,7 @@
 """The ground agent: makes the cloud's servers real target hosts.
 
 Neutron here has no dataplane and Nova's fake driver runs nothing, so this
-agent keeps podman containers in step with the cloud, once a second:
+agent keeps podman containers in step with the cloud, every two seconds (COST_NOTES):
 
 - a server that is ACTIVE and has a floating IP runs as a container with
   systemd as PID 1 and a real sshd, **at that floating IP** on the ground's
@@ -12,6 +12,7 @@ agent keeps podman containers in step with the cloud, once a second:
   kept **per volume id**, passed in as /dev/vdb, /dev/vdc ... with the link
   /dev/disk/by-id/virtio-<first 20 chars of the volume id> that udev makes
   on a real VM; growing the volume in Cinder grows the device live;
+- the host boots as a VM does: fstab's device entries (UUID=...) are mounted at boot, see BOOT_NOTES;
 - the server's key pair is added to root's authorized_keys, as cloud-init does;
 - the cloud's API answers inside the host at the catalogue's URLs (127.0.0.1:5000, :8774): a
   forwarder unit in the host relays them to the gateway, where the ground relays them to the APIs
@@ -40,9 +41,72 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import openstack
+from openstack import exceptions as os_exc
 
 LABEL = "gpu-rent-ground"
 FORWARD_UNIT = "ground-api-forward.service"
+BOOT_SCRIPT = "usr/local/lib/ground/boot"
+FSTAB_GENERATOR = "etc/systemd/system-generators/ground-fstab-devices"
+
+# BOOT_NOTES: a host is a podman container with systemd as PID 1, /sys read-only and no udev. A VM
+# restored or rebooted by the cloud alone (no gpu-rent run) mounts its data volume from fstab by
+# UUID at boot; in a container two things stop that, and the ground stands in for exactly those two:
+# 1. udev makes /dev/disk/by-id/virtio-<serial> and /dev/disk/by-uuid/<uuid> as the disk appears,
+#    before anything mounts. Here the container's command is BOOT_SCRIPT: it makes those links for
+#    the disks podman passed in, then execs /sbin/init (so they exist before systemd starts).
+# 2. systemd-fstab-generator skips every fstab entry naming a device when it runs in a container
+#    ("Running in a container, ignoring fstab device entry"), since a container's devices are
+#    usually its host's. A ground host's /dev/vdX are its own disks, so FSTAB_GENERATOR writes for
+#    those entries the mount units that generator writes on a VM (the rest, binds included, is
+#    still systemd's own). Device units do not exist where /sys is read-only, so a missing disk
+#    fails its mount at once where a VM waits 90 s for it; the outcome is the same.
+# Nothing here mounts, orders or checks anything the product asks for: that is fstab and its units.
+BOOT_SCRIPT_TEXT = r"""#!/bin/sh
+# ground (agent.py BOOT_NOTES 1): the /dev/disk links udev makes on a VM, then systemd.
+# Arguments: vdX=<virtio serial> per disk. Never fails: a host without links still boots.
+mkdir -p /dev/disk/by-id /dev/disk/by-uuid
+for disk in "$@"; do
+  dev=${disk%%=*}
+  ln -sfn "../../$dev" "/dev/disk/by-id/virtio-${disk#*=}"
+  uuid=$(blkid -p -s UUID -o value "/dev/$dev" 2>/dev/null)
+  [ -n "$uuid" ] && ln -sfn "../../$dev" "/dev/disk/by-uuid/$uuid"
+done
+exec /sbin/init
+"""
+FSTAB_GENERATOR_TEXT = r"""#!/bin/sh
+# ground (agent.py BOOT_NOTES 2): fstab's device entries as systemd-fstab-generator writes them on a
+# VM, which it skips in a container. Into the late directory ($3): anything systemd writes wins.
+# Swap and the passno (fsck) are left out: a ground host has neither.
+out=${3:-${1:?}}
+grep -v '^[[:space:]]*#' /etc/fstab | while read -r what where type opts _rest; do
+  case $what in
+    UUID=*) node=/dev/disk/by-uuid/${what#UUID=} ;;
+    /dev/*) node=$what ;;
+    *) continue ;;
+  esac
+  [ "$type" = swap ] && continue
+  unit=$(/usr/bin/systemd-escape -p --suffix=mount "$where")
+  case ",$opts," in *,nofail,*) before= want=wants ;; *) before=Before=local-fs.target want=requires ;; esac
+  printf '%s\n' "# ground-fstab-devices: $what in /etc/fstab" "[Unit]" "SourcePath=/etc/fstab" \
+    "Documentation=man:fstab(5) man:systemd-fstab-generator(8)" $before \
+    "[Mount]" "What=$node" "Where=$where" "Type=$type" "Options=${opts:-defaults}" > "$out/$unit"
+  case ",$opts," in *,noauto,*) continue ;; esac
+  mkdir -p "$out/local-fs.target.$want"
+  ln -sfn "../$unit" "$out/local-fs.target.$want/$unit"
+done
+exit 0
+"""
+# COST_NOTES: the agent shares the machine's two cores with the APIs it asks and the tests. Listing
+# every server in detail, every port and each attached volume once a second kept Nova's, Neutron's
+# and Cinder's API busy for most of a core; per tick it now lists the floating IPs and the ids of the
+# ACTIVE servers, and reads the rest when something new appears or at the intervals below; a tick
+# every two seconds (a host starts within a tick of its server's ACTIVE and floating IP).
+DETAILS_TTL = 20.0  # seconds a server's details (its attachments) are used before they are read again
+SIZES_EVERY = 4.0  # seconds between looks at the attached volumes' sizes (resize-data waits on the growth)
+# `podman ps` costs a podman process per call (3 % of the machine at a tick every two seconds): the
+# containers are read again when what should run changed, after the agent started or stopped one, and
+# at this interval (a host that stopped by itself, e.g. powered off inside, comes back within it).
+CONTAINERS_EVERY = 10.0
 log = logging.getLogger("ground-agent")
 
 
@@ -92,19 +156,44 @@ class Agent:
         self.volumes_dir.mkdir(parents=True, exist_ok=True)
         self.rootfs_dir.mkdir(parents=True, exist_ok=True)
         self.last_gc = 0.0
+        self.last_sizes = 0.0
+        self.server_of_port: dict[str, str] = {}
+        self.ports_read = 0.0
+        self.details: dict[str, tuple[object, float]] = {}  # server id -> (server, when read)
+        self.containers: dict[str, dict] = {}
+        self.containers_read = 0.0
+        self.containers_for: object = None  # what was wanted when the containers were read
 
     # ---------------------------------------------------------------- cloud
     def wanted(self) -> dict[str, tuple[object, str]]:
-        """server id -> (server, floating IP) for every server that should run."""
-        server_of_port = {p.id: p.device_id for p in self.conn.network.ports()}
-        address_of_server = {
-            server_of_port.get(ip.port_id): ip.floating_ip_address for ip in self.conn.network.ips() if ip.port_id
-        }
-        return {
-            server.id: (server, address_of_server[server.id])
-            for server in self.conn.compute.servers(details=True, all_projects=True)
-            if server.status == "ACTIVE" and server.id in address_of_server
-        }
+        """server id -> (server, floating IP) for every server that should run.
+
+        Cheap enough for every tick (COST_NOTES): the floating IPs and the ids of ACTIVE servers are
+        listed anew; a server's details are read when it turns ACTIVE and again every DETAILS_TTL
+        seconds (attachments change only at create on the ground), the ports when a floating IP
+        names a port not seen before and at that same interval."""
+        bound = {ip.port_id: ip.floating_ip_address for ip in self.conn.network.ips() if ip.port_id}
+        if any(port not in self.server_of_port for port in bound) or time.monotonic() - self.ports_read > DETAILS_TTL:
+            self.server_of_port = {p.id: p.device_id for p in self.conn.network.ports()}
+            self.ports_read = time.monotonic()
+        address_of_server = {self.server_of_port.get(port): address for port, address in bound.items()}
+        active = {s.id for s in self.conn.compute.servers(details=False, all_projects=True, status="ACTIVE")}
+        now = time.monotonic()
+        for server_id in list(self.details):
+            if server_id not in active or now - self.details[server_id][1] > DETAILS_TTL:
+                del self.details[server_id]
+        wanted = {}
+        for server_id in active & address_of_server.keys():
+            if server_id not in self.details:
+                try:
+                    server = self.conn.compute.get_server(server_id)
+                except os_exc.NotFoundException:
+                    continue  # deleted since the list
+                if server.status != "ACTIVE":
+                    continue
+                self.details[server_id] = (server, now)
+            wanted[server_id] = (self.details[server_id][0], address_of_server[server_id])
+        return wanted
 
     def spec(self, server, address: str) -> HostSpec | None:
         attachments = sorted(self.conn.compute.volume_attachments(server), key=lambda a: a.device or "")
@@ -159,13 +248,9 @@ class Agent:
             "--network", self.network, "--ip", spec.address, "--hostname", spec.hostname,
             # SYS_RESOURCE: root on a VM grows a mounted ext4 online (resize2fs), as resize-data does
             "--systemd=always", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_RESOURCE", *devices,
-            "--rootfs", str(rootfs), "/sbin/init",
+            # BOOT_NOTES 1: the /dev/disk links, then /sbin/init
+            "--rootfs", str(rootfs), f"/{BOOT_SCRIPT}", *(f"{d.guest_device}={d.volume_id[:20]}" for d in spec.disks),
         )  # fmt: skip
-        # no udev in a container: make the links udev makes from virtio serials
-        links = " && ".join(
-            f"ln -sfn ../../{d.guest_device} /dev/disk/by-id/virtio-{d.volume_id[:20]}" for d in spec.disks
-        )
-        run("podman", "exec", spec.container, "sh", "-c", f"mkdir -p /dev/disk/by-id{' && ' + links if links else ''}")
         log.info("host up: server %s at %s, boot volume %s, disks %s", spec.server_id, spec.address,
                  spec.boot_volume_id, [(d.guest_device, d.volume_id) for d in spec.disks])  # fmt: skip
 
@@ -197,6 +282,11 @@ class Agent:
             keys_file.write_text("".join(f"{k}\n" for k in present + missing))
         keys_file.chmod(0o600)
         (rootfs / "etc/hostname").write_text(spec.hostname + "\n")
+        for path, text in ((BOOT_SCRIPT, BOOT_SCRIPT_TEXT), (FSTAB_GENERATOR, FSTAB_GENERATOR_TEXT)):
+            program = rootfs / path
+            program.parent.mkdir(parents=True, exist_ok=True)
+            program.write_text(text)
+            program.chmod(0o755)
         if self.api_gateway:
             self._api_forwarder(rootfs)
 
@@ -250,10 +340,18 @@ class Agent:
                 log.info("boot volume %s deleted in Cinder: root filesystem removed", rootfs.name)
 
     # ---------------------------------------------------------------- loop
+    def containers_now(self, wanted: dict[str, tuple[object, str]]) -> dict[str, dict]:
+        """The ground's containers, read again only when needed (CONTAINERS_EVERY)."""
+        key = sorted((sid, address, tuple(sorted(v["id"] for v in server.attached_volumes or [])))
+                     for sid, (server, address) in wanted.items())  # fmt: skip
+        if key != self.containers_for or time.monotonic() - self.containers_read > CONTAINERS_EVERY:
+            self.containers, self.containers_read, self.containers_for = self.running(), time.monotonic(), key
+        return self.containers
+
     def tick(self) -> dict:
         wanted = self.wanted()
         hosts = {}
-        for name, container in self.running().items():
+        for name, container in self.containers_now(wanted).items():
             server_id = name.removeprefix("gr-")
             labels = container.get("Labels") or {}
             if server_id in wanted and container.get("State") == "running":
@@ -263,12 +361,14 @@ class Agent:
                 if labels.get(f"{LABEL}.address") == address and attached == had:
                     hosts[server_id] = {"container": name, "address": address}
                     continue
+            self.containers_read = 0.0  # before anything later in this tick can raise
             self.stop(name, container)
         for server_id, (server, address) in wanted.items():
             if server_id not in hosts:
                 spec = self.spec(server, address)
                 if spec is None:
                     continue
+                self.containers_read = 0.0  # what runs is read again next tick, even should this tick raise
                 try:
                     self.start(spec)
                 except subprocess.CalledProcessError as e:
@@ -276,25 +376,29 @@ class Agent:
                     run("podman", "rm", "-f", spec.container, check=False)
                     continue
                 hosts[server_id] = {"container": spec.container, "address": address}
-            self._grow_if_extended(server)
+        if time.monotonic() - self.last_sizes > SIZES_EVERY:
+            self._grow_if_extended([server for server, _ in wanted.values()])
+            self.last_sizes = time.monotonic()
         if time.monotonic() - self.last_gc > 10:
-            self.collect_garbage(self.running())
+            self.collect_garbage(self.containers_now(wanted))
             self.last_gc = time.monotonic()
         return hosts
 
-    def _grow_if_extended(self, server) -> None:
-        """Cinder extend: grow the backing file, then tell the loop device."""
-        for ref in server.attached_volumes or []:
-            backing = self.volumes_dir / f"{ref['id']}.img"
-            if not backing.exists():
+    def _grow_if_extended(self, servers: list) -> None:
+        """Cinder extend: grow the backing file, then tell the loop device (one volume list for all)."""
+        attached = {ref["id"] for server in servers for ref in server.attached_volumes or []}
+        backings = {v: self.volumes_dir / f"{v}.img" for v in attached if (self.volumes_dir / f"{v}.img").exists()}
+        if not backings:
+            return
+        for volume in self.conn.block_storage.volumes(details=True, all_projects=True):
+            backing = backings.get(volume.id)
+            if backing is None or backing.stat().st_size >= volume.size * 1024**3:
                 continue
-            size = self.conn.block_storage.get_volume(ref["id"]).size * 1024**3
-            if backing.stat().st_size < size:
-                with open(backing, "r+b") as f:
-                    f.truncate(size)
-                for loop in run("losetup", "-j", str(backing), "-O", "NAME", "-n").stdout.split():
-                    run("losetup", "-c", loop)
-                log.info("volume %s grown to %s bytes", ref["id"], size)
+            with open(backing, "r+b") as f:
+                f.truncate(volume.size * 1024**3)
+            for loop in run("losetup", "-j", str(backing), "-O", "NAME", "-n").stdout.split():
+                run("losetup", "-c", loop)
+            log.info("volume %s grown to %s bytes", volume.id, volume.size * 1024**3)
 
 
 def _volumes(labels: dict) -> list[str]:
@@ -308,7 +412,7 @@ def main() -> None:
     parser.add_argument("--network", required=True)
     parser.add_argument("--base-rootfs", type=Path, required=True)
     parser.add_argument("--operator-key", type=Path, required=True)
-    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--api-gateway", default="", help="the hosts' route to the cloud's API")
     parser.add_argument("--api-ports", default="", help="comma-separated API ports the hosts reach")
     args = parser.parse_args()

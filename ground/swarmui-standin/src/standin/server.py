@@ -1,8 +1,21 @@
-"""SwarmUI stand-in server: SwarmUI's API shapes, nothing invented.
+"""SwarmUI stand-in server: what upstream SwarmUI 062407c7 (0.9.8.2) answers, nothing invented.
 
-Shapes follow shared/research/swarmui-api.md (GetNewSession, GetGlobalStatus,
-GetCurrentStatus, ListBackends, BackendHandler's aggregate status). Python
-stdlib only: the target host has python3 and nothing else is installed for it.
+Start order as src/Core/Program.cs: settings, PrepExtensions (extensions.py: each extension built
+before the server listens), sessions (sessions.py), backends (backends.py: self-started ComfyUI
+processes), then the web server. Python stdlib only: the target host has python3 and nothing else.
+
+- src/WebAPI/API.cs HandleAsyncRequest: the API's errors and their HTTP codes; the session is
+  checked before the route;
+- src/WebAPI/BasicAPIFeatures.cs: GetNewSession, GetCurrentStatus (this session's counters);
+  src/WebAPI/AdminAPI.cs GetGlobalStatus (every session's); src/WebAPI/BackendAPI.cs ListBackends,
+  RestartBackends;
+- Exit code 42 means "restart me" (Program.RequestRestart), as launch-linux.sh expects.
+
+Test hooks live outside /API/ so they cannot be mistaken for SwarmUI's (they take a session as the
+API does): POST /StandinTest/QueueGeneration {"seconds", "count"}, /StandinTest/DownloadModel
+{"name", "folder", "seconds", "bytes"}, /StandinTest/ComfyQueue {"count", "seconds"} (forwarded to
+the first running self-started ComfyUI's POST /standin_test/queue), /StandinTest/Restart (exit 42);
+GET /StandinTest/EchoWS is a WebSocket echo.
 """
 
 import argparse
@@ -11,131 +24,51 @@ import hashlib
 import json
 import os
 import re
+import signal
 import struct
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-VERSION = "0.9.7.0-standin"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from backends import BackendHandler, ComfyUISelfStartBackend, port_taken
+from fds import parse_fds, section
+from logs import log
+from sessions import COUNTERS, Session, SessionHandler
+
+try:
+    from extensions import prep_extensions  # ExtensionsManager.PrepExtensions
+except ImportError:  # an older checkout without it: no extensions are built
+    prep_extensions = None
+
+# src/SwarmUI.csproj <Version>: Utilities.Version, which GetNewSession answers (Utilities.VaryID)
+VERSION = "0.9.8.2"
 ROOT = Path(__file__).resolve().parents[2]
-BACKEND_START_SECONDS = float(os.environ.get("STANDIN_BACKEND_START_SECONDS", "2"))
-# A self-started ComfyUI backend listens from Network.BackendStartingPort (7820) on.
-COMFY_PORT = int(os.environ.get("STANDIN_COMFY_PORT", "7821"))
-
-
-def parse_fds(text: str) -> dict:
-    """SwarmUI's FDS files: `key: value` lines, sections nested by indentation."""
-    root: dict = {}
-    stack = [(-1, root)]
-    for raw in text.splitlines():
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        key, _, value = raw.strip().partition(":")
-        while stack[-1][0] >= indent:
-            stack.pop()
-        parent = stack[-1][1]
-        value = value.strip()
-        if value:
-            parent[key.strip()] = value.strip('"')
-        else:
-            parent[key.strip()] = {}
-            stack.append((indent, parent[key.strip()]))
-    return root
-
-
-class Backend:
-    def __init__(self, backend_id: int, section: dict):
-        self.id = backend_id
-        self.type = section.get("type", "comfyui_selfstart")
-        self.title = section.get("title", "")
-        self.enabled = section.get("enabled", "true").lower() == "true"
-        self.settings = section.get("settings", {})
-        self.started = time.monotonic()
-        self.last_release: float | None = None
-
-    def status(self) -> str:
-        if not self.enabled:
-            return "disabled"
-        script = self.settings.get("StartScript", "")
-        if self.type == "comfyui_selfstart" and not (ROOT / script).is_file():
-            return "errored"
-        if time.monotonic() - self.started < BACKEND_START_SECONDS:
-            return "loading"
-        return "running"
-
-    def to_net(self) -> dict:
-        since = 0 if self.last_release is None else int(time.monotonic() - self.last_release)
-        return {
-            "type": self.type,
-            "status": self.status(),
-            "id": self.id,
-            "settings": self.settings,
-            "modcount": 0,
-            "features": ["comfyui"] if self.status() == "running" else [],
-            "enabled": self.enabled,
-            "title": self.title,
-            "max_usages": 1,
-            "seconds_since_used": since,
-            "time_since_used": "Never" if self.last_release is None else f"{since} seconds ago",
-            "can_load_models": True,
-        }
 
 
 class Swarm:
-    def __init__(self, data_dir: Path, backends_file: Path, settings_file: Path):
+    def __init__(self, data_dir: Path, settings: dict, backends_file: Path, persist: bool, user_id: str):
         self.data_dir = data_dir
-        self.settings = parse_fds(settings_file.read_text()) if settings_file.is_file() else {}
-        sections = parse_fds(backends_file.read_text()) if backends_file.is_file() else {}
-        self.backends = [Backend(int(k) if k.isdigit() else i, v) for i, (k, v) in enumerate(sections.items())]
-        self.server_id = str(uuid.uuid4())
-        self.sessions: dict[str, dict] = {}
+        self.settings = settings
+        self.server_id = str(uuid.uuid4())  # Utilities.LoopPreventionID, new at every start
+        self.sessions = SessionHandler(data_dir, persist, user_id)
+        self.backends = BackendHandler(backends_file, data_dir, settings, log)
         self.lock = threading.Lock()
-        self.comfy_queue: list[str] = []
 
-    def new_session(self) -> dict:
-        session_id = uuid.uuid4().hex.upper()
+    def counters(self, sessions: list[Session]) -> dict:
         with self.lock:
-            self.sessions[session_id] = {"waiting_gens": 0, "live_gens": 0, "loading_models": 0, "waiting_backends": 0}
-        return {
-            "session_id": session_id,
-            "user_id": "local",
-            "output_append_user": True,
-            "version": VERSION,
-            "server_id": self.server_id,
-            "permissions": ["*"],
-        }
+            return {k: sum(s.counters[k] for s in sessions) for k in COUNTERS}
 
-    def backend_status(self) -> dict:
-        """BackendHandler.CurrentBackendStatus, in its order of precedence."""
-        states = [b.status() for b in self.backends]
-        if not states:
-            return _status("empty", "error", "No backends are configured.")
-        if all(s == "disabled" for s in states):
-            return _status("all_disabled", "error", "All backends are disabled.")
-        if "errored" in states:
-            return _status("errored", "error", "Some backends have errored on the server.")
-        if "running" in states:
-            if "loading" in states:
-                return _status("some_loading", "warn", "Some backends are still loading.", True)
-            return _status("running", "", "")
-        if "loading" in states:
-            return _status("loading", "soft", "Backends are still loading on the server...", True)
-        return _status("idle", "warn", "All backends are idle. Cannot generate until at least one backend is running.")
+    def status(self, sessions: list[Session]) -> dict:
+        return {"status": self.counters(sessions), "backend_status": self.backends.current_status(),
+                "supported_features": self.backends.supported_features()}  # fmt: skip
 
-    def counters(self, session_id: str | None = None) -> dict:
-        with self.lock:
-            sessions = [self.sessions[session_id]] if session_id else list(self.sessions.values())
-            return {
-                k: sum(s[k] for s in sessions)
-                for k in ("waiting_gens", "loading_models", "waiting_backends", "live_gens")
-            }
-
-    def queue_generation(self, session_id: str, seconds: float, count: int) -> None:
-        counters = self.sessions[session_id]
+    def queue_generation(self, session: Session, seconds: float, count: int) -> None:
+        counters = session.counters
         with self.lock:
             counters["waiting_gens"] += count
 
@@ -147,24 +80,23 @@ class Swarm:
                 time.sleep(seconds)
                 with self.lock:
                     counters["live_gens"] -= 1
-                for backend in self.backends:
-                    backend.last_release = time.monotonic()
+                for backend in self.backends.all():
+                    backend.time_last_release = time.monotonic()
                 self._write_output()
 
         threading.Thread(target=work, daemon=True).start()
 
-    def comfy_prompts(self, count: int, seconds: float) -> None:
+    def comfy_prompts(self, count: int, seconds: float) -> dict:
         """Prompts sent to ComfyUI directly (the Comfy Workflow tab): SwarmUI's counters do not see them."""
-        with self.lock:
-            self.comfy_queue += [str(uuid.uuid4()) for _ in range(count)]
-
-        def work():
-            for _ in range(count):
-                time.sleep(seconds)
-                with self.lock:
-                    self.comfy_queue.pop(0)
-
-        threading.Thread(target=work, daemon=True).start()
+        for backend in self.backends.all():
+            if isinstance(backend, ComfyUISelfStartBackend) and backend.status == "running":
+                body = json.dumps({"count": count, "seconds": seconds}).encode()
+                request = urllib.request.Request(f"{backend.api_address()}/standin_test/queue", body,
+                                                 {"Content-Type": "application/json"})  # fmt: skip
+                with urllib.request.urlopen(request, timeout=10) as reply:
+                    reply.read()
+                return {"success": True, "backend": backend.id, "port": backend.port}
+        return {"error": "No self-started ComfyUI backend is running."}
 
     def _write_output(self) -> None:
         folder = ROOT / "Output" / "local" / "raw" / time.strftime("%Y-%m-%d")
@@ -188,14 +120,126 @@ class Swarm:
         threading.Thread(target=work, daemon=True).start()
 
 
-def _status(status: str, css: str, message: str, loading: bool = False) -> dict:
-    return {"status": status, "class": css, "message": message, "any_loading": loading}
+def _bool(value) -> bool:
+    return value.strip().lower() == "true" if isinstance(value, str) else bool(value)
+
+
+def get_new_session(swarm: Swarm, handler, session, body) -> dict:
+    session = swarm.sessions.create_session(handler.client_address[0])
+    return {
+        "session_id": session.id,
+        "user_id": session.user_id,
+        "output_append_user": _bool(section(swarm.settings, "Paths").get("AppendUserNameToOutputPath", "true")),
+        "version": VERSION,
+        "server_id": swarm.server_id,
+        "permissions": session.permissions,
+    }
+
+
+def list_backends(swarm: Swarm, handler, session, body) -> dict:
+    full = _bool(body.get("full_data", False))
+    return {str(b.id): b.to_net(full) for b in swarm.backends.all()}
+
+
+def restart_backends(swarm: Swarm, handler, session, body) -> dict:
+    log.warning(f"User {session.user_id} requested restart of backend {body.get('backend', 'all')}.")
+    count = swarm.backends.restart(str(body.get("backend", "all")))
+    return {"result": "Success.", "count": count}
+
+
+def queue_generation(swarm: Swarm, handler, session, body) -> dict:
+    swarm.queue_generation(session, float(body.get("seconds", 5)), int(body.get("count", 1)))
+    return {"success": True}
+
+
+def download_model(swarm: Swarm, handler, session, body) -> dict:
+    name = re.sub(r"[^\w.-]", "_", body.get("name", "model"))
+    folder = re.sub(r"[^\w.-]", "_", body.get("folder", "Stable-Diffusion"))
+    swarm.download_model(name, folder, float(body.get("seconds", 5)), int(body.get("bytes", 1 << 20)))
+    return {"success": True}
+
+
+def restart(swarm: Swarm, handler, session, body) -> dict:
+    threading.Timer(0.2, shutdown, (swarm, 42)).start()
+    return {"success": True}
+
+
+# API.APIHandlers (lower-cased names) -> (handler, permission); SessionlessRoutes need no session
+API_ROUTES = {
+    "getnewsession": (get_new_session, None),
+    "getcurrentstatus": (lambda s, h, session, b: s.status([session]), "fundamental_generate_tab_access"),
+    "getglobalstatus": (lambda s, h, session, b: s.status(s.sessions.all()), "read_server_info_panels"),
+    "listbackends": (list_backends, "view_backends_list"),
+    "restartbackends": (restart_backends, "restart_backends"),
+}
+SESSIONLESS_ROUTES = {"login", "getnewsession", "registerbasic", "registeroauth"}
+TEST_ROUTES = {
+    "queuegeneration": (queue_generation, None),
+    "downloadmodel": (download_model, None),
+    "comfyqueue": (lambda s, h, session, b: s.comfy_prompts(int(b.get("count", 1)), float(b.get("seconds", 5))), None),
+    "restart": (restart, None),
+}
+
+
+def error_obj(message: str, error_id: str) -> dict:
+    """Utilities.ErrorObj: "error" first."""
+    return {"error": message, "error_id": error_id}
+
+
+def api_error(error_id: str, message: str) -> tuple[int, dict]:
+    """API.cs's Error(..., jsonErrorId, jsonErrorMessage): HTTP 400, "error_id" first."""
+    return 400, {"error_id": error_id, "error": message}
+
+
+def is_json_content_type(value: str | None) -> bool:
+    """HttpRequest.HasJsonContentType: application/json or a +json media type, any parameters."""
+    media = (value or "").split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def handle_api(swarm: Swarm, handler, path: str, routes: dict, raw: bytes | None) -> tuple[int, dict]:
+    """API.cs HandleAsyncRequest for a POST: content checks, then the session, then the route."""
+    if not is_json_content_type(handler.headers.get("Content-Type")):
+        return api_error("basic_api", "Wrong content type")
+    if not raw:
+        return api_error("basic_api", "bad content length")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):  # JObject.Parse throws: caught as an internal error
+        return api_error("internal_error", "An internal error occurred")
+    session = None
+    if path not in SESSIONLESS_ROUTES:
+        session_id = body.get("session_id", handler.headers.get("X-Session-ID"))
+        if "session_id" not in body and session_id is None:
+            return api_error("basic_api", "missing session id")
+        session_id = "" if session_id is None else session_id
+        session_id = json.dumps(session_id) if not isinstance(session_id, str) else session_id
+        session = swarm.sessions.try_get_session(session_id)
+        if session is None:
+            log.error(
+                f"[WebAPI] Error handling API request '{handler.path}': Request input has unknown session id"
+                " (if you're not writing API code you can ignore this message)"
+            )
+            return 401, error_obj("Invalid session ID. You may need to refresh the page.", "invalid_session_id")
+    if path not in routes:
+        return api_error("bad_route", "Unknown API route")
+    call, permission = routes[path]
+    if session is not None and permission and "*" not in session.permissions and permission not in session.permissions:
+        return api_error("bad_permissions", "You lack permissions for this route.")
+    try:
+        output = call(swarm, handler, session, body)
+    except Exception as e:  # API.cs answers any exception so
+        log.error(f"[WebAPI] Error handling API request '{handler.path}': Internal exception: {e}")
+        return api_error("internal_error", "An internal error occurred")
+    if output is None:
+        return api_error("no_result", "API call did not return any output")
+    return 200, output
 
 
 PAGE = b"""<!DOCTYPE html><html><head><title>SwarmUI</title></head>
 <body><h1>SwarmUI</h1><p>Test-ground stand-in %s</p></body></html>"""
-
-
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 1.3
 
 
@@ -229,15 +273,14 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # journal gets one line per request
         sys.stderr.write(f"{self.command} {self.path}\n")
 
-    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, code: int, body: bytes, content_type: str = "application/json", headers=()) -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for key, value in headers:
+            self.send_header(key, value)
         self.end_headers()
         self.wfile.write(body)
-
-    def _json(self, obj: dict, code: int = 200) -> None:
-        self._send(code, json.dumps(obj).encode())
 
     def _websocket_echo(self) -> None:
         """A WebSocket that echoes every message (SwarmUI's *WS routes are WebSockets; this one tests the path)."""
@@ -260,107 +303,79 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(ws_frame(opcode, payload))
 
     def do_GET(self):
-        if self.path == "/StandinTest/EchoWS" and self.headers.get("Upgrade", "").lower() == "websocket":
+        path = self.path.split("?")[0]
+        if path == "/StandinTest/EchoWS" and self.headers.get("Upgrade", "").lower() == "websocket":
             return self._websocket_echo()
-        if self.path in ("/", "/Text2Image"):
-            installed = self.swarm.settings.get("IsInstalled", "false").lower() == "true"
-            self._send(200, PAGE % (VERSION.encode() if installed else b"(not installed)"), "text/html")
-        else:
-            self._send(404, b"404 not found", "text/plain")
+        if path.lower().startswith("/api/"):  # API.cs: "Invalid request method", redirected
+            return self._send(302, b"", "text/plain", [("Location", "/Error/NoGetAPI")])
+        if path == "/":
+            return self._send(302, b"", "text/plain", [("Location", "Text2Image")])
+        if path == "/Text2Image":
+            installed = _bool(self.swarm.settings.get("IsInstalled", "false"))
+            return self._send(200, PAGE % (VERSION.encode() if installed else b"(not installed)"), "text/html")
+        return self._send(404, b"404 not found", "text/plain")
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
-        try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
-            return self._json({"error": "Request body was not valid JSON."}, 400)
-        route = self.path.split("?")[0]
-        swarm = self.swarm
-        if route == "/API/GetNewSession":
-            return self._json(swarm.new_session())
-        if route.startswith("/API/") or route.startswith("/StandinTest/"):
-            session_id = body.get("session_id")
-            if session_id not in swarm.sessions:
-                return self._json(
-                    {"error_id": "invalid_session_id", "error": "Invalid session ID. You may need to refresh the page."}
-                )
-            if route == "/API/GetGlobalStatus":
-                return self._json({"status": swarm.counters(), "backend_status": swarm.backend_status(),
-                                   "supported_features": ["comfyui"]})  # fmt: skip
-            if route == "/API/GetCurrentStatus":
-                return self._json({"status": swarm.counters(session_id), "backend_status": swarm.backend_status(),
-                                   "supported_features": ["comfyui"]})  # fmt: skip
-            if route == "/API/ListBackends":
-                full = bool(body.get("full_data"))
-                nets = {str(b.id): b.to_net() | ({"current_model": None} if full else {}) for b in swarm.backends}
-                return self._json(nets)
-            if route == "/StandinTest/QueueGeneration":
-                swarm.queue_generation(session_id, float(body.get("seconds", 5)), int(body.get("count", 1)))
-                return self._json({"success": True})
-            if route == "/StandinTest/DownloadModel":
-                name = re.sub(r"[^\w.-]", "_", body.get("name", "model"))
-                folder = re.sub(r"[^\w.-]", "_", body.get("folder", "Stable-Diffusion"))
-                swarm.download_model(name, folder, float(body.get("seconds", 5)), int(body.get("bytes", 1 << 20)))
-                return self._json({"success": True})
-            if route == "/StandinTest/ComfyQueue":
-                swarm.comfy_prompts(int(body.get("count", 1)), float(body.get("seconds", 5)))
-                return self._json({"success": True})
-            if route == "/StandinTest/Restart":
-                self._json({"success": True})
-                threading.Timer(0.2, lambda: os._exit(42)).start()
-                return None
-            return self._json({"error": f"Unknown API route '{route[5:]}'."}, 404)
-        return self._send(404, b"404 not found", "text/plain")
+        raw = self.rfile.read(length) if length > 0 else None
+        path = self.path.split("?")[0]
+        if path.lower().startswith("/api/"):
+            code, obj = handle_api(self.swarm, self, path.lower()[len("/api/") :], API_ROUTES, raw)
+        elif path.lower().startswith("/standintest/"):
+            code, obj = handle_api(self.swarm, self, path.lower()[len("/standintest/") :], TEST_ROUTES, raw)
+        else:
+            return self._send(404, b"404 not found", "text/plain")
+        self._send(code, json.dumps(obj).encode(), headers=[("Cache-Control", "no-store")])
 
 
-class ComfyHandler(BaseHTTPRequestHandler):
-    """ComfyUI's GET /queue: [number, prompt_id, prompt, extra, outputs] items, running then pending."""
-
-    swarm: Swarm
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def do_GET(self):
-        if self.path.split("?")[0] != "/queue":
-            self.send_response(404)
-            self.end_headers()
-            return
-        with self.swarm.lock:
-            items = [[n, pid, {}, {}, []] for n, pid in enumerate(self.swarm.comfy_queue)]
-        body = json.dumps({"queue_running": items[:1], "queue_pending": items[1:]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+def shutdown(swarm: Swarm, code: int) -> None:
+    """Program.Shutdown: the backends (and their ComfyUI processes) first, then exit with the code."""
+    log.info("Shutting down...")
+    swarm.backends.shutdown()
+    sys.stdout.flush()
+    os._exit(code)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--host", default="localhost")
-    parser.add_argument("--port", type=int, default=7801)
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
     parser.add_argument("--data_dir", default="Data")
     parser.add_argument("--settings_file")
     parser.add_argument("--backends_file")
     parser.add_argument("--launch_mode", default="webinstall")
+    parser.add_argument("--user_id", default="local")
+    parser.add_argument("--no_persist", default="false")
     args, _ = parser.parse_known_args()  # SwarmUI accepts many more; ignore them
     os.chdir(ROOT)
-    data = ROOT / args.data_dir
+    data = (ROOT / args.data_dir).resolve()
     settings_file = Path(args.settings_file) if args.settings_file else data / "Settings.fds"
+    settings = parse_fds(settings_file.read_text()) if settings_file.is_file() else {}
+    network = section(settings, "Network")
+    if prep_extensions is not None:
+        prep_extensions(ROOT, log)
     backends_file = Path(args.backends_file) if args.backends_file else data / "Backends.fds"
-    Handler.swarm = Swarm(data, backends_file, settings_file)
-    host = "127.0.0.1" if args.host == "localhost" else args.host
-    server = ThreadingHTTPServer((host, args.port), Handler)
-    if any(b.type == "comfyui_selfstart" and b.enabled for b in Handler.swarm.backends):
-        ComfyHandler.swarm = Handler.swarm
-        try:
-            comfy = ThreadingHTTPServer(("127.0.0.1", COMFY_PORT), ComfyHandler)
-            threading.Thread(target=comfy.serve_forever, daemon=True).start()
-        except OSError as e:  # a real self-started ComfyUI would take the next port; the stand-in goes without
-            print(f"ComfyUI queue not served on {COMFY_PORT}: {e}", flush=True)
-    print(f"SwarmUI stand-in {VERSION} listening on http://{host}:{args.port}", flush=True)
-    server.serve_forever()
+    swarm = Swarm(data, settings, backends_file, not _bool(args.no_persist), args.user_id)
+    Handler.swarm = swarm
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # ComfyUI processes never outlive the server
+        signal.signal(sig, lambda *_: shutdown(swarm, 0))
+    try:
+        swarm.backends.load()
+        host = args.host or network.get("Host", "localhost")
+        port = args.port or int(network.get("Port", 7801))
+        if _bool(network.get("PortCanChange", "true")):  # Program.ApplyCommandLineSettings
+            original = port
+            while port_taken(port):
+                port += 1
+            if port != original:
+                log.init(f"Port {original} was taken, using {port} instead.")
+        bind = "127.0.0.1" if host == "localhost" else "0.0.0.0" if host in ("*", "0.0.0.0") else host
+        server = ThreadingHTTPServer((bind, port), Handler)
+        server.daemon_threads = True
+        log.init(f"SwarmUI stand-in v{VERSION} is now running on http://{host}:{port}")
+        server.serve_forever()
+    finally:
+        shutdown(swarm, 1)
 
 
 if __name__ == "__main__":

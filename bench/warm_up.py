@@ -1,0 +1,179 @@
+"""A warm `up` and a `stop` against bare openstacksdk doing the same on the same volumes (goals: <= 1.3x, <= 1.2x).
+
+Usage (the test ground running; from the repository root):
+    .venv/bin/python bench/warm_up.py
+
+In one run, on a project of its own (one flavor that fits, gpu.l4.1): a first `up` makes the volumes
+and installs SwarmUI, `stop` deletes the server. Then, warm (volumes, snapshot and SwarmUI there):
+  floor  bare openstacksdk: a server from the same boot and data volumes, flavor, network, security
+         group and key; a floating IP; ACTIVE; sshd answering; `systemctl restart swarmui` and
+         SwarmUI's GetNewSession answering on the VM; then the floor of stop: delete the server, wait
+         until it is gone, delete the floating IP;
+  ours   `gpu-rent up --yes --no-tunnel`, then `gpu-rent stop`.
+Where our time went is read off the run: until the server exists in the cloud, from there until the
+phase says SSH answers (bootstrapping), and from there on the VM (until the command ends).
+Everything the bench made is deleted at the end (`destroy --i-understand-data-loss`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._report import report
+from tests.groundkit import POOL, connect, ground_missing, ssh, wait_for_ssh
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_RENT = REPO / ".venv" / "bin" / "gpu-rent"
+PROJECT = REPO / ".ground" / "project"
+FLAVOR = "gpu.l4.1"
+NEW_SESSION = "curl -sf -X POST -H 'Content-Type: application/json' -d '{}' http://127.0.0.1:7801/API/GetNewSession"
+
+
+def gpu_rent(project: Path, *args: str) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    start = time.monotonic()
+    result = subprocess.run([str(GPU_RENT), *args], cwd=project, env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    if result.returncode != 0:
+        failed = f"gpu-rent {' '.join(args)} failed (rc {result.returncode})"
+        sys.exit(f"{failed}:\n{result.stdout[-2000:]}\n{result.stderr}")
+    return seconds
+
+
+def make_project(root: Path, name: str) -> Path:
+    project = root / "project"
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(".gpu-rent"))
+    settings = (project / "gpu-rent.vars").read_text()
+    settings = re.sub(r"(?m)^FLAVOR(_FALLBACK)?=.*\n", "", settings)
+    (project / "gpu-rent.vars").write_text(settings + f"FLAVOR={FLAVOR}\nNAME={name}\n")
+    return project
+
+
+class Phases:
+    """Seconds from the start until the server exists and until the phase says SSH answers."""
+
+    def __init__(self, conn, project: Path, server_name: str):
+        self.conn, self.project, self.server_name = conn, project, server_name
+        self.server = self.ssh = None
+        self.stopping = threading.Event()
+        self.start = time.monotonic()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        state = self.project / ".gpu-rent" / "state.json"
+        while not self.stopping.is_set():
+            now = time.monotonic() - self.start
+            if self.server is None and list(self.conn.compute.servers(name=f"^{self.server_name}$", details=False)):
+                self.server = now
+            if self.ssh is None and state.exists():
+                try:
+                    phase = json.loads(state.read_text()).get("phase")
+                except ValueError:
+                    phase = None  # written as we read
+                if phase in ("bootstrapping", "ready_cloud", "ready_tunneled"):
+                    self.ssh = now
+            time.sleep(0.25)
+
+    def end(self) -> tuple[float, float]:
+        self.stopping.set()
+        self.thread.join()
+        return self.server or 0.0, self.ssh or 0.0
+
+
+def floor_up_and_stop(conn, name: str) -> tuple[float, float]:
+    """(up seconds, stop seconds) of bare openstacksdk on the project's volumes."""
+    c = conn
+    boot = c.block_storage.find_volume(f"{name}-boot", ignore_missing=False)
+    data = c.block_storage.find_volume(f"{name}-data", ignore_missing=False)
+    net = c.network.find_network(f"{name}-net-{POOL}", ignore_missing=False)
+    group = c.network.find_security_group(f"{name}-ssh", ignore_missing=False)
+    external = next(c.network.networks(is_router_external=True))
+    key_name = f"{name}-key"
+    start = time.monotonic()
+    server = c.compute.create_server(
+        name=f"{name}-floor", flavor_id=c.compute.find_flavor(FLAVOR, ignore_missing=False).id,
+        networks=[{"uuid": net.id}], availability_zone=POOL, key_name=key_name,
+        security_groups=[{"name": group.id}],
+        block_device_mapping=[
+            {"boot_index": 0, "uuid": boot.id, "source_type": "volume", "destination_type": "volume",
+             "delete_on_termination": False},
+            {"boot_index": -1, "uuid": data.id, "source_type": "volume", "destination_type": "volume",
+             "delete_on_termination": False},
+        ],
+    )  # fmt: skip
+    fip = None
+    try:
+        fip = c.network.create_ip(floating_network_id=external.id, description=f"{name} floor")
+        server = c.compute.wait_for_server(server, status="ACTIVE", failures=["ERROR"], wait=300, interval=1)
+        port = next(c.network.ports(device_id=server.id))
+        c.network.update_ip(fip, port_id=port.id)
+        wait_for_ssh(fip.floating_ip_address, timeout=300)
+        ssh(fip.floating_ip_address, "systemctl restart swarmui", timeout=120)
+        deadline = time.monotonic() + 300
+        while ssh(fip.floating_ip_address, NEW_SESSION).returncode != 0:
+            if time.monotonic() > deadline:
+                sys.exit("floor: SwarmUI never answered GetNewSession after its restart")
+            time.sleep(0.5)
+        up = time.monotonic() - start
+        start = time.monotonic()
+        c.compute.delete_server(server)
+        c.compute.wait_for_delete(server, interval=1, wait=300)
+        c.network.delete_ip(fip)
+        return up, time.monotonic() - start
+    finally:
+        c.compute.delete_server(server, ignore_missing=True)
+        if fip is not None:
+            c.network.delete_ip(fip, ignore_missing=True)
+
+
+def main() -> None:
+    reason = ground_missing()
+    if reason:
+        sys.exit(reason)
+    conn = connect("ground")
+    name = f"bwarm-{uuid.uuid4().hex[:6]}"
+    with tempfile.TemporaryDirectory() as root:
+        project = make_project(Path(root), name)
+        try:
+            first = gpu_rent(project, "up", "--yes", "--no-tunnel")
+            print(f"first up   {first:6.1f} s (cold: volumes made, SwarmUI installed)", flush=True)
+            gpu_rent(project, "stop")
+            for volume in (f"{name}-boot", f"{name}-data"):
+                conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
+            floor_up, floor_stop = floor_up_and_stop(conn, name)
+            print(f"floor up   {floor_up:6.1f} s   floor stop {floor_stop:6.1f} s  (bare openstacksdk)", flush=True)
+            for volume in (f"{name}-boot", f"{name}-data"):
+                conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
+            phases = Phases(conn, project, name)
+            ours_up = gpu_rent(project, "up", "--yes", "--no-tunnel")
+            created, answered = phases.end()
+            ours_stop = gpu_rent(project, "stop")
+            where = (f"{created:5.1f} s until the server exists, {answered - created:5.1f} s from there to SSH, "
+                     f"{ours_up - answered:5.1f} s on the VM")  # fmt: skip
+            print(f"warm up    {ours_up:6.1f} s: {where}", flush=True)
+            print(f"stop       {ours_stop:6.1f} s", flush=True)
+            up_ratio, stop_ratio = ours_up / floor_up, ours_stop / floor_stop
+            print(f"ratio      up {up_ratio:5.2f}x (goal <= 1.3x), stop {stop_ratio:5.2f}x (goal <= 1.2x)")
+            report("warm-up", up_ratio, "<= 1.3", "bare openstacksdk: server from the volumes, FIP, sshd, swarmui")
+            report("stop", stop_ratio, "<= 1.2", "bare openstacksdk: delete server and wait, delete FIP")
+        finally:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+            subprocess.run([str(GPU_RENT), "destroy", "--i-understand-data-loss"], cwd=project, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""The swarmui role's readiness check (roles/swarmui/files/swarmui_ready.py) against a SwarmUI on loopback
+that answers as upstream's src/WebAPI/API.cs does: errors as HTTP 401/400 with a JSON body."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "swarmui_ready", REPO / "roles" / "swarmui" / "files" / "swarmui_ready.py"
+)
+ready = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ready)
+
+MAIN = "dlbackend/ComfyUI/main.py"
+
+
+def backend(id_: int, status: str, type_: str = "comfyui_selfstart", script: str = MAIN, gpu: str = "0", **extra):
+    """One ListBackends entry in BackendAPI.BackendToNet's shape."""
+    return {"type": type_, "status": status, "id": id_, "settings": {"StartScript": script, "GPU_ID": gpu},
+            "modcount": 0, "features": [], "enabled": True, "title": f"b{id_}", "max_usages": 0} | extra  # fmt: skip
+
+
+class Swarm:
+    """GetNewSession and ListBackends; `backends` is a list of replies handed out in turn (the last repeats)."""
+
+    def __init__(self, version: str = "0.9.8.2"):
+        self.version = version
+        self.sessions: set[str] = set()
+        self.backends: list[dict] = [{}]
+        self.calls: list[str] = []
+        self.drop_session_once = False
+        swarm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                swarm.calls.append(self.path)
+                status, reply = swarm.answer(self.path, body)
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def answer(self, path: str, body: dict) -> tuple[int, dict]:
+        if path == "/API/GetNewSession":
+            sid = f"s{len(self.sessions)}"
+            self.sessions.add(sid)
+            return 200, {"session_id": sid, "user_id": "local", "version": self.version, "server_id": "x"}
+        if "session_id" not in body:
+            return 400, {"error_id": "basic_api", "error": "missing session id"}
+        if body["session_id"] not in self.sessions or self.drop_session_once:
+            self.drop_session_once = False
+            self.sessions.clear()
+            return 401, {
+                "error": "Invalid session ID. You may need to refresh the page.",
+                "error_id": "invalid_session_id",
+            }
+        if path == "/API/ListBackends":
+            reply = self.backends.pop(0) if len(self.backends) > 1 else self.backends[0]
+            return (400, reply) if "error_id" in reply else (200, reply)
+        return 400, {"error_id": "bad_route", "error": "Unknown API route"}
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def swarm():
+    server = Swarm()
+    yield server
+    server.close()
+
+
+def run(url: str, *extra: str) -> tuple[int, str]:
+    """Exit code and the one line printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = ready.main(["--url", url, "--timeout", "3", "--grace", "0.3", "--delay", "0.05", *extra])
+    return code, out.getvalue().strip()
+
+
+def test_our_running_backend_is_ready_though_a_users_extra_backend_errored(swarm):
+    # The aggregate would say "errored" here (BackendHandler.CurrentBackendStatus); ours runs.
+    swarm.backends = [
+        {"0": backend(0, "loading"), "1": backend(1, "errored", type_="comfyui_api")},
+        {"0": backend(0, "running"), "1": backend(1, "errored", type_="comfyui_api")},
+    ]
+    assert run(swarm.url) == (0, "ready: gpu-rent's ComfyUI backend 0 running")
+
+
+def test_every_gpu_backend_of_ours_must_run(swarm):
+    swarm.backends = [
+        {"0": backend(0, "running"), "1": backend(1, "loading", gpu="1")},
+        {"0": backend(0, "running"), "1": backend(1, "running", gpu="1")},
+    ]
+    assert run(swarm.url) == (0, "ready: gpu-rent's ComfyUI backends 0, 1 running")
+
+
+def test_an_ended_session_answered_401_takes_a_new_one(swarm):
+    swarm.backends = [{"0": backend(0, "running")}]
+    swarm.drop_session_once = True
+    assert run(swarm.url)[0] == 0
+    assert swarm.calls.count("/API/GetNewSession") == 2
+
+
+def test_our_errored_backend_fails_after_the_grace_naming_it(swarm):
+    swarm.backends = [{"0": backend(0, "errored"), "5": backend(5, "running", script="other/main.py")}]
+    code, line = run(swarm.url)
+    assert code == 1
+    assert line.startswith("gpu-rent's ComfyUI backend 0 (b0, GPU 0) is errored (")
+    assert len(swarm.calls) < 40  # failed at the grace, not at the timeout
+
+
+def test_no_backend_of_ours_fails_after_the_grace_listing_the_others(swarm):
+    swarm.backends = [{"2": backend(2, "running", type_="comfyui_api")}]
+    code, line = run(swarm.url)
+    assert code == 1
+    assert (
+        "has no self-starting ComfyUI backend on dlbackend/ComfyUI/main.py (its backends: 2 comfyui_api running)"
+        in line
+    )
+
+
+def test_all_of_ours_disabled_fails(swarm):
+    swarm.backends = [{"0": backend(0, "disabled", enabled=False)}]
+    code, line = run(swarm.url)
+    assert code == 1 and "are all disabled" in line
+
+
+def test_an_errored_backend_within_the_grace_may_still_recover(swarm):
+    swarm.backends = [{"0": backend(0, "errored")}, {"0": backend(0, "running")}]
+    assert run(swarm.url, "--grace", "5")[0] == 0
+
+
+def test_a_swarmui_older_than_the_minimum_is_refused_naming_its_version():
+    old = Swarm(version="0.9.7.0")
+    try:
+        code, line = run(old.url)
+    finally:
+        old.close()
+    assert code == 1
+    assert line == (
+        "SwarmUI 0.9.7.0 is older than 0.9.8, the oldest gpu-rent supports (the idle-killer reads GetGlobalStatus, "
+        "seeding needs extensions built at start; README, SwarmUI versions)"
+    )
+
+
+def test_a_dev_build_of_the_minimum_passes():
+    assert not ready.older(ready.version_tuple("0.9.8.0.DEV123"), ready.version_tuple("0.9.8"))
+    assert ready.older(ready.version_tuple("0.9.7.9"), ready.version_tuple("0.9.8"))
+
+
+def test_another_api_error_is_named_at_once(swarm):
+    swarm.backends = [{"error_id": "bad_permissions", "error": "You do not have permission"}]
+    code, line = run(swarm.url)
+    assert (code, line) == (1, "ListBackends answered HTTP 400 bad_permissions: You do not have permission")
+    assert len(swarm.calls) == 2
+
+
+def test_a_swarmui_that_never_answers_times_out_naming_the_connection():
+    code, line = run("http://127.0.0.1:9", "--timeout", "0.3")
+    assert code == 1
+    assert line.startswith("not ready after 0.3 s: its API did not answer: ")
+
+
+def test_a_unit_that_does_not_run_and_will_not_fails_at_once_with_its_journal_line(monkeypatch):
+    # the swarmui unit's ExecCondition skipped the start (no data volume): nothing will ever listen
+    asked = []
+
+    def stopped(unit):
+        asked.append(unit)
+        return "swarmui is inactive (exec-condition): SwarmUI not started: the data volume is not mounted"
+
+    monkeypatch.setattr(ready, "unit_stopped", stopped)
+    code, line = run("http://127.0.0.1:9", "--timeout", "30", "--unit", "swarmui")
+    assert code == 1 and asked == ["swarmui"]
+    assert line.startswith("swarmui is inactive (exec-condition): SwarmUI not started: the data volume is not mounted")
+
+
+def test_a_unit_still_starting_is_waited_for(monkeypatch):
+    monkeypatch.setattr(ready, "unit_stopped", lambda unit: None)  # activating: a restart under way
+    code, line = run("http://127.0.0.1:9", "--timeout", "0.3", "--unit", "swarmui")
+    assert code == 1 and line.startswith("not ready after 0.3 s: its API did not answer: ")
