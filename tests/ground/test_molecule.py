@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tests.ground import molecule_runs
-from tests.groundkit import require_ground
+from tests.groundkit import REPO, require_ground
 
 # Judged when the runs have ended: should the session have reached this module first (-k, a single
 # file), the wait is the runs themselves, longer than the suite's 600 s per test.
@@ -26,7 +26,12 @@ def runs(request) -> dict[str, subprocess.CompletedProcess]:
 
 
 def test_every_vm_role_has_a_scenario():
-    assert {"idle_killer", "bootstrap", "data_volume", "swarmui", "seed"} <= set(molecule_runs.SCENARIOS)
+    assert {"idle_killer", "bootstrap", "data_volume", "swarmui"} <= set(molecule_runs.SCENARIOS)
+    # seed's scenario is swarmui's: it converges the whole VM playbook, which seeds last, with an extension
+    scenario = REPO / "molecule" / "swarmui"
+    assert "playbooks/bootstrap.yml" in (scenario / "converge.yml").read_text()
+    assert "role: seed" in (REPO / "playbooks" / "bootstrap.yml").read_text()
+    assert "gpu_rent_seed_extensions:" in (scenario / "molecule.yml").read_text()
 
 
 @pytest.mark.parametrize("scenario", molecule_runs.SCENARIOS)
