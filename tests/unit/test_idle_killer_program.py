@@ -15,10 +15,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -35,6 +32,7 @@ from gpu_rent.idle_killer import (
     unit_pids,
 )
 from tests.unit.test_swarmui_standin import BACKENDS, comfy_processes, free_port, start, stop, wait_for
+from tests.upstream_api import UpstreamAPI
 
 SECRET = "s3cret-never-in-the-status"
 
@@ -231,52 +229,20 @@ def test_the_config_is_armed_when_written_and_ignores_keys_it_does_not_know(tmp_
 
 
 # ---------------------------------------------------------------- SwarmUI as upstream answers (issue 13)
-class UpstreamSwarm:
-    """SwarmUI's API as upstream 062407c7 answers it, for the cases the stand-in cannot stage.
-
-    src/WebAPI/API.cs: the session is checked before the route; an unknown one is HTTP 401
-    invalid_session_id, a missing one HTTP 400 basic_api, an unknown route HTTP 400 bad_route, a
-    missing permission HTTP 400 bad_permissions, each with the JSON error as the body.
-    GetGlobalStatus (AdminAPI.cs) and ListBackends (BackendAPI.cs, keyed by id) as upstream shapes them.
-    """
+class UpstreamSwarm(UpstreamAPI):
+    """SwarmUI's API as upstream 062407c7 answers it (tests/upstream_api.py), for the cases the stand-in
+    cannot stage: GetGlobalStatus (AdminAPI.cs) and ListBackends (BackendAPI.cs, keyed by id) as upstream
+    shapes them; `refuse` makes a route fail after the session check, as a missing permission does
+    (HTTP 400 bad_permissions)."""
 
     def __init__(self):
-        self.sessions: set[str] = set()
+        super().__init__()
         self.counters = {"waiting_gens": 0, "loading_models": 0, "waiting_backends": 0, "live_gens": 0}
         self.aggregate = "running"
         self.listing = {"0": backend(0, "running")}
         self.refuse: dict[str, tuple[int, str, str]] = {}  # route -> (HTTP status, error_id, error)
-        self.asked: list[tuple[str, int]] = []  # (route, HTTP status) in order
-        swarm = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                code, answer = swarm.answer(self.path.removeprefix("/API/"), body)
-                swarm.asked.append((self.path.removeprefix("/API/"), code))
-                data = json.dumps(answer).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def answer(self, route: str, body: dict) -> tuple[int, dict]:
-        if route == "GetNewSession":
-            self.sessions.add(session := uuid.uuid4().hex)
-            return 200, {"session_id": session, "user_id": "local", "version": "0.9.8.2", "permissions": ["*"]}
-        if "session_id" not in body:
-            return 400, {"error_id": "basic_api", "error": "missing session id"}
-        if body["session_id"] not in self.sessions:
-            return 401, {"error": "Invalid session ID. You may need to refresh the page.",
-                         "error_id": "invalid_session_id"}  # fmt: skip
+    def route(self, route: str, body: dict) -> tuple[int, dict]:
         if route in self.refuse:
             code, error_id, error = self.refuse[route]
             return code, {"error_id": error_id, "error": error}
@@ -285,11 +251,7 @@ class UpstreamSwarm:
             return 200, {"status": self.counters, "backend_status": backend_status, "supported_features": []}
         if route == "ListBackends":
             return 200, self.listing
-        return 400, {"error_id": "bad_route", "error": "Unknown API route"}
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        return super().route(route, body)
 
 
 def backend(n: int, status: str, kind: str = "comfyui_selfstart", **settings) -> dict:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from tests.upstream_api import UpstreamAPI
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
@@ -29,58 +28,27 @@ def backend(id_: int, status: str, type_: str = "comfyui_selfstart", script: str
             "modcount": 0, "features": [], "enabled": True, "title": f"b{id_}", "max_usages": 0} | extra  # fmt: skip
 
 
-class Swarm:
-    """GetNewSession and ListBackends; `backends` is a list of replies handed out in turn (the last repeats)."""
+class Swarm(UpstreamAPI):
+    """ListBackends on top of upstream's API checks (tests/upstream_api.py): `backends` is a list of
+    replies handed out in turn (the last repeats; one with an error_id is HTTP 400); drop_session_once
+    forgets every session at the next request that names one, as a SwarmUI restart without Users.ldb."""
 
     def __init__(self, version: str = "0.9.8.2"):
-        self.version = version
-        self.sessions: set[str] = set()
+        super().__init__(version)
         self.backends: list[dict] = [{}]
-        self.calls: list[str] = []
         self.drop_session_once = False
-        swarm = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                swarm.calls.append(self.path)
-                status, reply = swarm.answer(self.path, body)
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def answer(self, path: str, body: dict) -> tuple[int, dict]:
-        if path == "/API/GetNewSession":
-            sid = f"s{len(self.sessions)}"
-            self.sessions.add(sid)
-            return 200, {"session_id": sid, "user_id": "local", "version": self.version, "server_id": "x"}
-        if "session_id" not in body:
-            return 400, {"error_id": "basic_api", "error": "missing session id"}
-        if body["session_id"] not in self.sessions or self.drop_session_once:
+    def session_refused(self, body: dict) -> tuple[int, dict] | None:
+        if "session_id" in body and self.drop_session_once:
             self.drop_session_once = False
             self.sessions.clear()
-            return 401, {
-                "error": "Invalid session ID. You may need to refresh the page.",
-                "error_id": "invalid_session_id",
-            }
-        if path == "/API/ListBackends":
+        return super().session_refused(body)
+
+    def route(self, route: str, body: dict) -> tuple[int, dict]:
+        if route == "ListBackends":
             reply = self.backends.pop(0) if len(self.backends) > 1 else self.backends[0]
             return (400, reply) if "error_id" in reply else (200, reply)
-        return 400, {"error_id": "bad_route", "error": "Unknown API route"}
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        return super().route(route, body)
 
 
 @pytest.fixture
@@ -119,7 +87,7 @@ def test_an_ended_session_answered_401_takes_a_new_one(swarm):
     swarm.backends = [{"0": backend(0, "running")}]
     swarm.drop_session_once = True
     assert run(swarm.url)[0] == 0
-    assert swarm.calls.count("/API/GetNewSession") == 2
+    assert swarm.routes_asked().count("GetNewSession") == 2
 
 
 def test_our_errored_backend_fails_after_the_grace_naming_it(swarm):
@@ -127,7 +95,7 @@ def test_our_errored_backend_fails_after_the_grace_naming_it(swarm):
     code, line = run(swarm.url)
     assert code == 1
     assert line.startswith("gpu-rent's ComfyUI backend 0 (b0, GPU 0) is errored (")
-    assert len(swarm.calls) < 40  # failed at the grace, not at the timeout
+    assert len(swarm.asked) < 40  # failed at the grace, not at the timeout
 
 
 def test_no_backend_of_ours_fails_after_the_grace_listing_the_others(swarm):
@@ -173,7 +141,7 @@ def test_another_api_error_is_named_at_once(swarm):
     swarm.backends = [{"error_id": "bad_permissions", "error": "You do not have permission"}]
     code, line = run(swarm.url)
     assert (code, line) == (1, "ListBackends answered HTTP 400 bad_permissions: You do not have permission")
-    assert len(swarm.calls) == 2
+    assert len(swarm.asked) == 2
 
 
 def test_a_swarmui_that_never_answers_times_out_naming_the_connection():
