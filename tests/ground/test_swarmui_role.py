@@ -162,7 +162,8 @@ def test_a_users_errored_extra_backend_does_not_fail_a_start(rented, host, tmp_p
     run = run_swarmui(rented, tmp_path, **QUICK)
     assert run.returncode == 0, converged(run)
     # The role waits for ours alone; the remote one is errored once its init attempts ran out (an address
-    # nobody has: each connect ends in "no route to host" after ARP gives up, 3 tries a second apart).
+    # nobody has: each connect ends in "no route to host" after ARP gives up; BackendHandler.cs
+    # LoadBackendDirect retries MaxBackendInitAttempts (3) times a second apart, "waiting" between).
     statuses = wait_until(
         "the offline backend errored",
         lambda: (s := {b["id"]: b["status"] for b in list_backends(host).values()}).get(7) == "errored" and s,
