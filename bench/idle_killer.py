@@ -4,7 +4,11 @@ after the deadline at the real 60 s tick; <= 0.5 % of one core).
 Usage (the test ground running; from the repository root):
     .venv/bin/python bench/idle_killer.py [TICK_SECONDS]     # default 10: a shorter tick, the same ratio
 
-Rents a ground host, bootstraps it with the killer armed, then:
+Rents a ground host, bootstraps it with the killer armed and every signal on (issue 14): the
+GPUs read through a test-only nvidia-smi that prints the real one's CSV for two quiet GPUs (a real
+nvidia-smi costs more: it loads NVML; not measurable on a host without a GPU), the terminals
+scanned, a KEEP_ALIVE_COMMAND that runs and exits 1, and its floating IP deleted after the server.
+Then:
 - CPU: 20 ticks run by hand on the host, their user+system CPU against 20 starts of a bare
   `python3 -c pass` measured in the same run (the reference: the least any tick can cost), and the
   share of one core at the real 60 s tick;
@@ -16,6 +20,7 @@ Rents a ground host, bootstraps it with the killer armed, then:
 
 from __future__ import annotations
 
+import shlex
 import sys
 import tempfile
 import time
@@ -25,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._report import report
 from tests.ground.test_bootstrap import rent_host, run_playbook
-from tests.ground.test_idle_killer import killer_status, member_auth
+from tests.ground.test_idle_killer import HOLD, NVIDIA_SMI, killer_status, member_auth
 from tests.groundkit import Cloud, connect, drop_killer_credentials, ground_missing, ssh, unique
+from tests.unit.test_idle_look import nvidia_smi_script
 
 RUNS = 20
 REAL_TICK = 60
@@ -60,10 +66,18 @@ def bench(cloud: Cloud, tick: int) -> None:
         name = unique("bench-killer")
         extra = {"gpu_rent_cloud_auth": member_auth(), "gpu_rent_server_id": server_id,
                  "idle_killer_credential_name": name, "idle_killer_tick_seconds": tick,
-                 "idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 3600}  # fmt: skip
+                 "idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 3600,
+                 "gpu_rent_keep_alive_command": "test -e /root/a-file-no-one-made",
+                 "gpu_rent_floating_ip_id": next(conn.network.ips(floating_ip_address=address)).id}  # fmt: skip
         try:
+            smi = nvidia_smi_script("0, 0, 20321\n1, 2, 3\n")
+            if ssh(address, f"printf %s {shlex.quote(smi)} > {NVIDIA_SMI} && chmod 755 {NVIDIA_SMI}").returncode:
+                sys.exit("installing the test-only nvidia-smi failed")
             arm(address, data_id, workdir, extra)
             program = "/usr/local/lib/gpu-rent/idle-killer/idle_killer.py tick"
+            gpus = killer_status(address).get("gpus")
+            if not gpus:
+                sys.exit(f"the killer does not read the GPUs: {killer_status(address)}")
             per_tick = cpu_seconds(address, f"/usr/bin/python3 {program}")
             bare = cpu_seconds(address, "/usr/bin/python3 -c pass")
             share = per_tick / REAL_TICK * 100
@@ -73,12 +87,18 @@ def bench(cloud: Cloud, tick: int) -> None:
                   f"{'' if share <= 0.5 else '  - over the goal'}", flush=True)  # fmt: skip
             report("cpu-share", share, "<= 0.5", f"percent of one core at a {REAL_TICK} s tick")
 
+            # a hold for a moment restarts the clock: the deadline is one this arming sets, not the
+            # first arming's clock, which the shorter idle time would have passed already
+            if ssh(address, f"echo $(( $(date +%s) + {tick} )) > {HOLD}").returncode:
+                sys.exit("writing the hold failed")
             arm(address, data_id, workdir, extra | {"idle_killer_idle_seconds": 2 * tick}, "idle_killer.yml")
+            armed = time.time()
             deadline = acted = None
             while conn.compute.find_server(server_id, ignore_missing=True) is not None:
                 try:
                     status = killer_status(address)
-                    deadline = status.get("fires_at") or deadline
+                    if status.get("tick_at", 0) > armed:
+                        deadline = status.get("fires_at") or deadline
                     acted = status.get("deleted_at") or acted
                 except (AssertionError, ValueError):
                     pass  # the host is going

@@ -85,6 +85,15 @@ KEYS: dict[str, Key] = {
     "DATA_VOLUME_GB": Key("GiB, at least 1", 100, "size of the data volume (models, output) that outlives the VM"),
     "IDLE_MINUTES": Key("minutes, at least 1", 30, "the VM deletes itself after this long with an idle backend"),
     "IDLE_GRACE_MINUTES": Key("minutes, at least 0", 45, "extra idle allowance right after start-up"),
+    "IDLE_GPU_PERCENT": Key(
+        "a whole number 0..100, or off", 10, "a GPU busier than this (%) is work that keeps the VM; off: not looked at"
+    ),
+    "IDLE_SHELL": Key(
+        "true/false, yes/no, on/off or 1/0", True, "a key typed in a shell on the VM keeps it IDLE_MINUTES from the key"
+    ),
+    "KEEP_ALIVE_COMMAND": Key(
+        "a shell command", None, "run on the VM each minute; the VM stays while it exits 0 (empty: none)"
+    ),
     "LOCAL_PORT": Key("a TCP port, 1..65535", 17801, "SwarmUI on this machine: http://127.0.0.1:LOCAL_PORT"),
     "REMOTE_PORT": Key("a TCP port, 1..65535", 7801, "SwarmUI's port on the VM (reached only through SSH)"),
     "PULL_OUTPUT": Key("true/false, yes/no, on/off or 1/0", True, "copy generated images here before stopping"),
@@ -149,6 +158,15 @@ def _bool(raw: str) -> bool:
     if raw.lower() in _FALSE:
         return False
     raise _Bad("is not a yes/no value")
+
+
+def _off_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """ "off" switches a signal off (None); anything else is parse's."""
+
+    def parse_or_off(raw: str) -> Any:
+        return None if raw.lower() == "off" else parse(raw)
+
+    return parse_or_off
 
 
 def _price(raw: str) -> float:
@@ -217,6 +235,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "DATA_VOLUME_GB": _whole(1),
     "IDLE_MINUTES": _whole(1),
     "IDLE_GRACE_MINUTES": _whole(0),
+    "IDLE_GPU_PERCENT": _off_or(_whole(0, 100)),
+    "IDLE_SHELL": _bool,
+    "KEEP_ALIVE_COMMAND": _text,
     "LOCAL_PORT": _whole(1, 65535),
     "REMOTE_PORT": _whole(1, 65535),
     "PULL_OUTPUT": _bool,
@@ -518,6 +539,9 @@ class Settings:
     data_volume_gb: int
     idle_minutes: int
     idle_grace_minutes: int
+    idle_gpu_percent: int | None
+    idle_shell: bool
+    keep_alive_command: str | None
     local_port: int
     remote_port: int
     pull_output: bool

@@ -11,17 +11,28 @@ The rules, in order (SPEC §7, with the order of work and trouble fixed by issue
 2. so does the grace after a boot (or an unshelve, or an arming);
 3. so does a valid seeding lock, and a partial download being written;
 4. any sign of work keeps it and restarts the empty-queue clock, whatever else is
-   wrong: a GetGlobalStatus counter above 0, or a prompt in any ComfyUI's own
-   queue - even when SwarmUI's aggregate backend_status says errored (it does as
-   soon as ANY backend errored, BackendHandler.CurrentBackendStatus), or SwarmUI
-   answers with an error;
+   wrong: a GetGlobalStatus counter above 0, a prompt in any ComfyUI's own
+   queue, a GPU busier than IDLE_GPU_PERCENT, the user's KEEP_ALIVE_COMMAND
+   exiting 0 - even when SwarmUI's aggregate backend_status says errored (it does
+   as soon as ANY backend errored, BackendHandler.CurrentBackendStatus), or
+   SwarmUI answers with an error;
 5. trouble - the data volume not mounted or without its marker, SwarmUI not
    answering or answering with an error, none of gpu-rent's own ComfyUI backends
    running (read from ListBackends, not the aggregate: a user's extra errored
    backend is no trouble while one of ours runs), a ComfyUI that runs but does
    not tell its queue - counts as busy only up to a cap, so that no trouble keeps
-   a VM alive for ever;
-6. then the clock runs, and the VM goes when it has run IDLE_MINUTES.
+   a VM alive for ever; so does a KEEP_ALIVE_COMMAND that cannot say (not found,
+   timed out): never silently idle;
+6. then the clock runs, and the VM goes when it has run IDLE_MINUTES. It never
+   runs from before the last key typed in a terminal (a person in an SSH shell):
+   a shell keeps the VM IDLE_MINUTES after its last input, and a terminal left
+   open and untouched does not keep it at all.
+
+The GPU is read once a tick (nvidia-smi's utilization.gpu is itself the share of
+its last sample period, 1/6 s to 1 s, that a kernel ran): the VM goes only after
+a whole IDLE_MINUTES of ticks all found every GPU at or below the threshold, so
+one quiet sample between two batches never fires it. Memory in use is no work:
+ComfyUI keeps its models loaded.
 
 Work has no cap, on purpose: the product never deletes a VM while work runs. A
 counter that never drops (a prompt hung in ComfyUI) keeps the VM until someone
@@ -48,6 +59,7 @@ class Limits:
     idle_seconds: float  # IDLE_MINUTES: how long the queue must stay empty
     grace_seconds: float  # IDLE_GRACE_MINUTES: after a boot or an unshelve, never idle
     cap_seconds: float  # how long an unreachable or not-ready SwarmUI may count as busy
+    gpu_percent: float | None = None  # IDLE_GPU_PERCENT: a GPU busier than this is work; None: GPUs not looked at
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,13 @@ class Observation:
     seeding_until: float | None = None  # the seeding lock's "valid until", when the lock exists
     hold_until: float | None = None  # /mnt/swarm_data/.gpu-rent-hold-until, when it exists
     data_volume: str | None = None  # what is wrong with the data volume ("not mounted at ..."); None: fine
+    # each GPU's (index, utilisation %, memory used MiB) as nvidia-smi tells them (None: [N/A]); None: not read
+    gpus: tuple[tuple[int, float | None, float | None], ...] | None = None
+    gpu_error: str | None = None  # why the GPUs were not read ("no nvidia-smi on PATH", the driver's words)
+    # the newest key typed in a terminal on the VM: (unix time, "pts/0 (root)"); None: no terminal open
+    shell_input: tuple[float, str] | None = None
+    keep_alive: bool | None = None  # KEEP_ALIVE_COMMAND: True exited 0, False another code, None not set
+    keep_alive_error: str | None = None  # why KEEP_ALIVE_COMMAND could not say (not found, timed out)
 
 
 @dataclass(frozen=True)
@@ -110,11 +129,12 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         return keep(f"download of {seen.downloads[0]}{more}")
 
     trouble = _trouble(seen)
-    work = _work(seen)
+    work = _work(seen, limits)
     if work:  # work seen is work done: whatever is wrong besides, the cap counts from when it ends
         return keep(f"{work}; {trouble}" if trouble else work, troubled_since=None)
 
     idle_since = memory.idle_since
+    typed = _typed(seen)
     if trouble is not None:
         since = memory.troubled_since if memory.troubled_since is not None else now
         if now - since < limits.cap_seconds:
@@ -129,8 +149,13 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         memory = replace(memory, troubled_since=None)
         running = backends_line(seen.backends)
         reason = f"queue empty, {running}" if running else "queue empty"
+    gpu = _quiet_gpu(seen, limits)
+    reason = f"{reason}, {gpu}" if gpu else reason
 
     idle_since = idle_since if idle_since is not None else now
+    if typed is not None and typed[0] > idle_since:  # a person typed since: the clock runs from the key
+        idle_since = typed[0]
+        reason = f"{reason}, typed in {typed[1]} {_minutes(now - typed[0])} ago"
     memory = replace(memory, idle_since=idle_since)
     fires_at = idle_since + limits.idle_seconds
     if now >= fires_at:
@@ -139,6 +164,14 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
 
 
 def _trouble(seen: Observation) -> str | None:
+    """What keeps the killer from seeing the VM's work, in words; None when nothing does."""
+    found = [_swarm_trouble(seen)]
+    if seen.keep_alive_error:
+        found.append(f"KEEP_ALIVE_COMMAND {_line(seen.keep_alive_error)}")
+    return "; ".join(t for t in found if t) or None
+
+
+def _swarm_trouble(seen: Observation) -> str | None:
     """Why SwarmUI cannot work, most basic first; None when one of our backends runs."""
     if seen.data_volume:
         return f"data volume {seen.data_volume}"
@@ -170,14 +203,39 @@ def _silent_comfy(seen: Observation) -> str | None:
     return f"ComfyUI on port {ports} does not tell its queue"
 
 
-def _work(seen: Observation) -> str | None:
-    """Work in SwarmUI or its ComfyUI backends, in words; None when there is none."""
+def _work(seen: Observation, limits: Limits) -> str | None:
+    """Work in SwarmUI, its ComfyUI backends, on a GPU or by the user's own measure, in words; None: none."""
     counters = (seen.status or {}).get("status")
     counters = counters if isinstance(counters, dict) else {}
     busy = [f"{int(counters[k])} {k.replace('_', ' ')}" for k in BUSY_COUNTERS if _count(counters.get(k)) > 0]
     if seen.comfy_queue > 0:
         busy.append(f"{seen.comfy_queue} in the ComfyUI queue")
+    if limits.gpu_percent is not None and seen.gpus:
+        hot = [(i, u) for i, u, _mem in seen.gpus if u is not None and u > limits.gpu_percent]
+        if hot:
+            busy.append(", ".join(f"GPU {i} at {u:.0f} %" for i, u in hot))
+    if seen.keep_alive:
+        busy.append("KEEP_ALIVE_COMMAND exits 0")
     return ", ".join(busy) or None
+
+
+def _quiet_gpu(seen: Observation, limits: Limits) -> str | None:
+    """What an idle tick knows of the GPUs: 'no GPU work', or why they were not read."""
+    if limits.gpu_percent is None:
+        return None
+    if seen.gpus is None:
+        return f"GPU not read ({_line(seen.gpu_error or 'no reading')})"
+    if not seen.gpus:
+        return "no GPU found"
+    return "no GPU work"
+
+
+def _typed(seen: Observation) -> tuple[float, str] | None:
+    """The newest key typed in a terminal, no later than now (a clock ahead must not hold the VM)."""
+    if seen.shell_input is None:
+        return None
+    at, where = seen.shell_input
+    return min(at, seen.now), where
 
 
 def backends_line(backends: tuple[str, ...] | None) -> str | None:

@@ -1,18 +1,22 @@
 """The idle-killer on the VM: each tick looks at SwarmUI and the disk, decides, records why, and
-deletes this server through the OpenStack API when it has been idle long enough.
+deletes this server and then its floating IP through the OpenStack API when it has been idle
+long enough.
 
-Runs on the VM from a systemd timer (the idle_killer role installs it with idle_decision.py
-beside it), so it is standard library only. Commands:
+Runs on the VM from a systemd timer (the idle_killer role installs it with idle_look.py, what
+it looks at, and idle_decision.py, what it makes of that, beside it), so it is standard library
+only. Commands:
 
   tick    look, decide (idle_decision.decide), write the status file and one journal line; delete
           the server when the decision says so
   check   authenticate with the credential only, and record whether Keystone accepts it
 
-What a tick looks at: SwarmUI's GetGlobalStatus (every session's counters) and ListBackends (our
+What a tick looks at (idle_look): SwarmUI's GetGlobalStatus (every session's counters) and ListBackends (our
 self-start ComfyUI backends, one per GPU) in one session kept from tick to tick; the queue of every
 ComfyUI process in swarmui.service's cgroup, at the port its command line names (the port moves at
 each launch); partial downloads under Models; the seeding lock, the hold, and the data volume's
-mount and marker. SwarmUI's errors are read from their HTTP 401/400 bodies and named by error_id.
+mount and marker; each GPU's utilisation (nvidia-smi); the newest key typed in a terminal (the
+atime of /dev/pts/N, as `w` reads it); the user's KEEP_ALIVE_COMMAND. SwarmUI's errors are read
+from their HTTP 401/400 bodies and named by error_id.
 
 The config (/root/.gpu-rent/idle-killer.json, 0600) holds the credential; the status file holds
 no secret, and is what `gpu-rent status` reads over SSH.
@@ -30,7 +34,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 try:
@@ -43,7 +47,6 @@ try:
         Observation,
         backends_line,
         decide,
-        our_backends,
     )
 except ImportError:  # on the VM: idle_decision.py lies beside this file
     from idle_decision import (  # type: ignore[no-redef]
@@ -55,19 +58,42 @@ except ImportError:  # on the VM: idle_decision.py lies beside this file
         Observation,
         backends_line,
         decide,
-        our_backends,
+    )
+
+try:
+    from gpu_rent.idle_look import (
+        HTTP_TIMEOUT,
+        SwarmLook,
+        comfy_queues,
+        data_volume_problem,
+        fresh_downloads,
+        last_terminal_input,
+        live_comfy_ports,
+        read_gpus,
+        read_time,
+        run_keep_alive,
+        swarm_look,
+        why,
+    )
+except ImportError:  # on the VM: idle_look.py lies beside this file
+    from idle_look import (  # type: ignore[no-redef]
+        HTTP_TIMEOUT,
+        SwarmLook,
+        comfy_queues,
+        data_volume_problem,
+        fresh_downloads,
+        last_terminal_input,
+        live_comfy_ports,
+        read_gpus,
+        read_time,
+        run_keep_alive,
+        swarm_look,
+        why,
     )
 
 # journald reads a "<N>" prefix as the line's priority: 2 crit, 4 warning, 6 info
 CRIT, WARNING, INFO = "<2>", "<4>", "<6>"
-HTTP_TIMEOUT = 10
-# ComfyUI answers its routes while a prompt runs (aiohttp beside the execution thread); a busy GPU
-# host may make it slow, so it is given more than a moment before it counts as not answering.
-COMFY_TIMEOUT = 5
-# A "*.tmp" under Models written to within this long means a download runs (SwarmUI's own
-# downloads write <name>.download.tmp, its workflow auto-downloads <file>.tmp).
-DOWNLOAD_FRESH_SECONDS = 120
-FUTURE_SLACK = 5  # seconds a partial file's mtime may lie ahead of this clock and still count
+GPU_FIELDS = ("index", "utilization", "memory_used")  # the status file's names of nvidia-smi's columns
 RETRY_PAUSE = 2.0  # seconds before the second try of a transient failure, doubled for the third
 
 
@@ -79,6 +105,7 @@ class Config:
     credential_secret: str | None = field(repr=False)
     region_name: str | None = None
     interface: str = "public"
+    floating_ip_id: str | None = None  # deleted after the server; None: kept (KEEP_FLOATING_IP, or not known)
     idle_seconds: float = 1800
     grace_seconds: float = 2700
     cap_seconds: float = 3600
@@ -103,6 +130,12 @@ class Config:
     credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
     tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
     armed_at: float = 0  # when this config was written (the role arms; the grace runs from then too)
+    gpu_percent: float | None = 10.0  # IDLE_GPU_PERCENT: a GPU busier than this is work; None: not read
+    nvidia_smi: str = "nvidia-smi"  # found on PATH, as the NVIDIA driver installs it
+    shell: bool = True  # IDLE_SHELL: a key typed in a terminal holds the clock back
+    pts_root: str = "/dev/pts"
+    keep_alive_command: str = ""  # KEEP_ALIVE_COMMAND, run by /bin/sh each tick; empty: none
+    keep_alive_timeout: float = 30  # seconds it may run before it counts as failed
 
     @classmethod
     def load(cls, path: Path) -> Config:
@@ -111,14 +144,26 @@ class Config:
         for key in ("comfy_ports", "models_dirs"):  # JSON lists
             if key in known:
                 known[key] = tuple(known[key])
-        for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds", "tick_seconds"):
+        for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds", "tick_seconds",
+                    "keep_alive_timeout"):  # fmt: skip
             if key in known:
                 known[key] = float(known[key])
+        if "gpu_percent" in known:  # off, empty or null: GPUs not looked at
+            raw = known["gpu_percent"]
+            known["gpu_percent"] = None if raw in (None, "", "off", "None") else float(raw)
+        if "shell" in known:
+            known["shell"] = str(known["shell"]).lower() in ("true", "1", "yes", "on")
+        known["keep_alive_command"] = str(known.get("keep_alive_command") or "")
         known.setdefault("armed_at", path.stat().st_mtime)
         return cls(**known)
 
     def limits(self) -> Limits:
-        return Limits(idle_seconds=self.idle_seconds, grace_seconds=self.grace_seconds, cap_seconds=self.cap_seconds)
+        return Limits(
+            idle_seconds=self.idle_seconds,
+            grace_seconds=self.grace_seconds,
+            cap_seconds=self.cap_seconds,
+            gpu_percent=self.gpu_percent,
+        )
 
 
 class CredentialRefused(Exception):
@@ -129,205 +174,7 @@ class Unreachable(Exception):
     """A transient failure: no answer, a timeout, a 5xx. The next try may work."""
 
 
-# ------------------------------------------------------------------ looking
-def _post_json(url: str, body: dict, timeout: float = HTTP_TIMEOUT) -> dict:
-    """A POST and its JSON object. SwarmUI's API errors are answers too: src/WebAPI/API.cs sends
-    HTTP 401 for an unknown session (error_id invalid_session_id) and HTTP 400 for the others
-    (bad_permissions, bad_route, basic_api ...), each with the JSON error as its body."""
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            answer = json.loads(reply.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        if not 400 <= e.code < 500:
-            raise
-        try:
-            answer = json.loads(e.read() or b"{}")
-        except (OSError, ValueError):
-            raise e from None
-        if not _is_error(answer):
-            raise e from None
-    if not isinstance(answer, dict):
-        raise ValueError(f"not a JSON object: {str(answer)[:60]}")
-    return answer
-
-
-def _is_error(answer: object) -> bool:
-    return isinstance(answer, dict) and ("error_id" in answer or "error" in answer)
-
-
-@dataclass(frozen=True)
-class SwarmLook:
-    status: dict | None  # GetGlobalStatus's answer, or the error it answered with (+ "route")
-    error: str | None  # why SwarmUI did not answer
-    backends: tuple[str, ...] | None  # our backends' states from ListBackends; None: not read
-    backends_error: str | None  # why ListBackends was not read
-    session_id: str | None  # the session to reuse next tick
-
-
-def swarm_look(url: str, session_id: str | None, start_script: str = OUR_START_SCRIPT) -> SwarmLook:
-    """GetGlobalStatus (all sessions' counters, not this caller's) and ListBackends, in one session.
-
-    The session is kept from tick to tick (SwarmUI keeps sessions across its restarts, in
-    Data/Users.ldb); one SwarmUI does not know (HTTP 401 invalid_session_id) is replaced at once,
-    within the tick. Any other error is the answer, named by its error_id."""
-    session = [session_id]
-
-    def call(route: str) -> dict:
-        for _ in range(2):
-            if not session[0]:
-                new = _post_json(f"{url}/API/GetNewSession", {})
-                if _is_error(new) or not isinstance(new.get("session_id"), str):
-                    return {"error": "no session_id in its answer"} | new | {"route": "GetNewSession"}
-                session[0] = new["session_id"]
-            answer = _post_json(f"{url}/API/{route}", {"session_id": session[0]})
-            if answer.get("error_id") != "invalid_session_id":
-                return answer | {"route": route} if _is_error(answer) else answer
-            session[0] = None  # unknown to SwarmUI (expired, or its Data lost): a new one, now
-        return answer | {"route": route}  # a session SwarmUI made a moment ago, refused
-
-    try:
-        status = call("GetGlobalStatus")
-    except (OSError, ValueError) as e:
-        return SwarmLook(None, _why(e), None, None, session[0])
-    if _is_error(status):
-        return SwarmLook(status, None, None, None, session[0])
-    backends, backends_error = None, None
-    try:
-        listing = call("ListBackends")
-        if _is_error(listing):
-            backends_error = f"{listing.get('error_id') or ''} {listing.get('error') or ''}".strip()
-        else:
-            backends = our_backends(listing, start_script)
-    except (OSError, ValueError) as e:
-        backends_error = _why(e)
-    return SwarmLook(status, None, backends, backends_error, session[0])
-
-
-def unit_pids(cgroup_root: str, unit: str, proc: str = "/proc") -> list[int]:
-    """The processes of a systemd service: its cgroup's (cgroup v2), else every process whose
-    /proc/<pid>/cgroup names the unit (cgroup v1, or a cgroup tree mounted elsewhere)."""
-    top = Path(cgroup_root, "system.slice", unit)
-    if top.is_dir():
-        pids = []
-        for folder, _dirs, files in os.walk(top):
-            if "cgroup.procs" in files:
-                with contextlib.suppress(OSError, ValueError):
-                    pids += [int(p) for p in Path(folder, "cgroup.procs").read_text().split()]
-        return pids
-    pids = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(proc):
-            if not entry.name.isdigit():
-                continue
-            try:
-                lines = Path(entry.path, "cgroup").read_text().splitlines()
-            except OSError:
-                continue  # ended meanwhile
-            if any(unit in line.split(":", 2)[-1].split("/") for line in lines):
-                pids.append(int(entry.name))
-    return pids
-
-
-def comfy_port(argv: list[str]) -> int | None:
-    """The port of a ComfyUI from its command line, None when it is none: SwarmUI starts it as
-    `<venv>/bin/python3 -s main.py <ExtraArgs> --port N <args>` (NetworkBackendUtils.DoSelfStart;
-    ComfyUI's comfy/cli_args.py reads --port, the last one given)."""
-    if not any(os.path.basename(a) == "main.py" for a in argv):
-        return None
-    port = None
-    for i, arg in enumerate(argv):
-        if arg == "--port" and i + 1 < len(argv):
-            port = argv[i + 1]
-        elif arg.startswith("--port="):
-            port = arg.split("=", 1)[1]
-    try:
-        return int(port) if port is not None else None
-    except ValueError:
-        return None
-
-
-def live_comfy_ports(cgroup_root: str, unit: str, proc: str = "/proc") -> tuple[int, ...]:
-    """The ports of the ComfyUI processes SwarmUI runs now. They move: the first gets 7821, each
-    (re)launch the next (NetworkBackendUtils.GetNextPort), +0..1999 with BackendPortRandomize."""
-    ports = set()
-    for pid in unit_pids(cgroup_root, unit, proc):
-        try:
-            argv = Path(proc, str(pid), "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue  # ended meanwhile
-        port = comfy_port(argv)
-        if port is not None:
-            ports.add(port)
-    return tuple(sorted(ports))
-
-
-def comfy_queues(ports: tuple[int, ...]) -> list[dict]:
-    """Each ComfyUI's own queue, running and pending (ComfyUI server.py GET /prompt:
-    exec_info.queue_remaining); None for one that does not answer (still loading, or gone)."""
-    found = []
-    for port in ports:
-        queue = None
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/prompt", timeout=COMFY_TIMEOUT) as reply:
-                answer = json.loads(reply.read())
-            queue = int(answer["exec_info"]["queue_remaining"])
-        except (OSError, ValueError, TypeError, KeyError):
-            pass
-        found.append({"port": port, "queue": queue})
-    return found
-
-
-def data_volume_problem(mount: str, marker: str) -> str | None:
-    """What is wrong with the data volume, in words; None when it is mounted with its marker (a VM
-    the cloud booted without gpu-rent may run SwarmUI on the boot disk's empty folders)."""
-    if not mount:
-        return None
-    if not os.path.ismount(mount):
-        return f"not mounted at {mount}"
-    if not os.path.exists(os.path.join(mount, marker)):
-        return f"at {mount} lacks its marker {marker}"
-    return None
-
-
-def fresh_downloads(dirs: tuple[str, ...], now: float, fresh: float = DOWNLOAD_FRESH_SECONDS) -> tuple[str, ...]:
-    """Partial files being written under the model folders, newest first, as paths under their folder."""
-    found: list[tuple[float, str]] = []
-    for top in dirs:
-        for folder, _dirs, files in os.walk(top):
-            for name in files:
-                if not name.endswith(".tmp"):
-                    continue
-                path = os.path.join(folder, name)
-                try:
-                    mtime = os.stat(path).st_mtime
-                except OSError:
-                    continue  # renamed to its final name between the listing and the look
-                # a clock ahead (a file copied with its mtime from a laptop) must not keep the VM for ever
-                if -FUTURE_SLACK <= now - mtime <= fresh:
-                    found.append((mtime, os.path.relpath(path, top)))
-    return tuple(p for _, p in sorted(found, reverse=True))
-
-
-def read_time(path: str) -> float | None:
-    """A unix time written alone in a file (the hold, the seeding lock); None when absent or unreadable."""
-    try:
-        return float(Path(path).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 # ------------------------------------------------------------------ acting
-def _why(error: BaseException) -> str:
-    if isinstance(error, urllib.error.HTTPError):
-        return f"HTTP {error.code} {error.reason}"
-    if isinstance(error, urllib.error.URLError):
-        return str(error.reason)
-    return str(error) or type(error).__name__
-
-
 def authenticate(cfg: Config) -> tuple[str, list]:
     """A token and the service catalogue, from the application credential."""
     if not cfg.credential_id or not cfg.credential_secret:
@@ -346,10 +193,10 @@ def authenticate(cfg: Config) -> tuple[str, list]:
             catalog = json.loads(reply.read())["token"].get("catalog") or []
     except urllib.error.HTTPError as e:
         if e.code in (401, 403, 404):
-            raise CredentialRefused(f"Keystone refused the credential ({_why(e)})") from None
-        raise Unreachable(f"Keystone: {_why(e)}") from None
+            raise CredentialRefused(f"Keystone refused the credential ({why(e)})") from None
+        raise Unreachable(f"Keystone: {why(e)}") from None
     except (OSError, ValueError, KeyError) as e:
-        raise Unreachable(f"Keystone at {cfg.auth_url}: {_why(e)}") from None
+        raise Unreachable(f"Keystone at {cfg.auth_url}: {why(e)}") from None
     return token, catalog
 
 
@@ -369,9 +216,9 @@ def endpoint(catalog: list, service_type: str, interface: str, region: str | Non
     raise Unreachable(f"no {interface} {service_type} endpoint{f' in {region}' if region else ''} in the catalogue")
 
 
-def delete_server(cfg: Config) -> str:
+def delete_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
     """Delete this server (never its volumes: Nova keeps volumes made with delete_on_termination false)."""
-    token, catalog = authenticate(cfg)
+    token, catalog = login or authenticate(cfg)
     url = f"{endpoint(catalog, 'compute', cfg.interface, cfg.region_name)}/servers/{cfg.server_id}"
     request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="DELETE")
     try:
@@ -386,10 +233,29 @@ def delete_server(cfg: Config) -> str:
         if e.code == 409:  # locked, or another task runs: try again next tick, say which
             raise Unreachable(f"Nova: HTTP 409 {' '.join(body.split())}") from None
         if e.code in (401, 403):
-            raise CredentialRefused(f"Nova refused to delete server {cfg.server_id} ({_why(e)})") from None
-        raise Unreachable(f"Nova: {_why(e)}") from None
+            raise CredentialRefused(f"Nova refused to delete server {cfg.server_id} ({why(e)})") from None
+        raise Unreachable(f"Nova: {why(e)}") from None
     except OSError as e:
-        raise Unreachable(f"Nova at {url}: {_why(e)}") from None
+        raise Unreachable(f"Nova at {url}: {why(e)}") from None
+
+
+def delete_floating_ip(cfg: Config, login: tuple[str, list] | None = None) -> str:
+    """Delete the floating IP the server had: it bills by the hour with or without a server (Selectel).
+    Neutron takes the DELETE of an address still associated (it disassociates it first)."""
+    token, catalog = login or authenticate(cfg)
+    url = f"{endpoint(catalog, 'network', cfg.interface, cfg.region_name)}/v2.0/floatingips/{cfg.floating_ip_id}"
+    request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="DELETE")
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
+            return f"deleted floating IP {cfg.floating_ip_id}"
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return f"floating IP {cfg.floating_ip_id} is already gone"
+        if e.code in (401, 403):
+            raise CredentialRefused(f"Neutron refused to delete floating IP {cfg.floating_ip_id} ({why(e)})") from None
+        raise Unreachable(f"Neutron: {why(e)}") from None
+    except OSError as e:
+        raise Unreachable(f"Neutron at {url}: {why(e)}") from None
 
 
 def with_retries(action, tries: int = 3):
@@ -469,6 +335,14 @@ def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLo
         hold_until=read_time(cfg.hold_file),
         data_volume=data_volume_problem(cfg.data_mount, cfg.data_marker),
     )
+    if cfg.gpu_percent is not None:
+        gpus, gpu_error = read_gpus(cfg.nvidia_smi)
+        seen = replace(seen, gpus=gpus, gpu_error=gpu_error)
+    if cfg.shell:
+        seen = replace(seen, shell_input=last_terminal_input(cfg.pts_root))
+    if cfg.keep_alive_command:
+        verdict, why = run_keep_alive(cfg.keep_alive_command, cfg.keep_alive_timeout)
+        seen = replace(seen, keep_alive=verdict, keep_alive_error=why)
     return seen, swarm, comfy
 
 
@@ -498,6 +372,9 @@ def _tick(cfg: Config, now: float | None, say) -> dict:
         # ComfyUI process found with its own queue (None: it does not answer yet)
         "backends": backends_line(seen.backends),
         "comfyui": comfy,
+        # each GPU as nvidia-smi told it, None when not read (gpu_error says why)
+        "gpus": None if seen.gpus is None else [dict(zip(GPU_FIELDS, g, strict=True)) for g in seen.gpus],
+        "gpu_error": seen.gpu_error,
         "fires_at": decision.fires_at,
         "memory": asdict(decision.memory),
         "limits": asdict(cfg.limits()),
@@ -525,15 +402,27 @@ def _line(decision: Decision, credential: dict) -> str:
 
 
 def _delete(cfg: Config, credential: dict, now: float, say) -> dict:
+    """The server first (the GPU is what bills most), then its floating IP, in one login, before the
+    VM goes: the next tick may never come."""
     try:
-        done = with_retries(lambda: delete_server(cfg))
-        credential.update(state="ok", checked_at=now, message=None)
-        return {"acted": done, "deleted_at": time.time()}  # when Nova took the DELETE
+        login = with_retries(lambda: authenticate(cfg))
+        done = with_retries(lambda: delete_server(cfg, login))
     except CredentialRefused as e:
         credential.update(state="refused", checked_at=now, message=str(e))
         return {"acted": f"CREDENTIAL REFUSED, cannot delete this server: {e}"}
     except Unreachable as e:
         return {"acted": f"delete failed, tried again next tick: {e}"}
+    credential.update(state="ok", checked_at=now, message=None)
+    acted = {"acted": done, "deleted_at": time.time()}  # when Nova took the DELETE
+    if cfg.floating_ip_id:
+        try:
+            acted["floating_ip"] = with_retries(lambda: delete_floating_ip(cfg, login))
+        except CredentialRefused as e:
+            acted["floating_ip"] = f"floating IP NOT deleted, it still bills: {e}"
+        except Unreachable as e:
+            acted["floating_ip"] = f"floating IP NOT deleted, tried again next tick: {e}"
+        acted["acted"] = f"{done}; {acted['floating_ip']}"
+    return acted
 
 
 def _check(cfg: Config, now: float) -> dict:

@@ -11,8 +11,8 @@ API=127.0.0.1
 EXT_CIDR=${GROUND_EXTERNAL_CIDR:-10.231.7.0/24}
 EXT_GW=${EXT_CIDR%.*}.1
 PODNET=gpu-rent-ground
-# The cloud APIs a VM talks to itself (the idle-killer): Keystone and Nova.
-HOST_API_PORTS=5000,8774
+# The cloud APIs a VM talks to itself (the idle-killer): Keystone, Nova, and Neutron for its floating IP.
+HOST_API_PORTS=5000,8774,9696
 COMPUTES="c1 c2"
 POOLS="ru-7a ru-7b"
 T_START=${T_START:-$(date +%s)}

@@ -76,15 +76,17 @@ def wait_until(what: str, check: Callable[[], object], timeout: float = 120, int
         time.sleep(interval)
 
 
+def ssh_argv(key: Path = USER_KEY) -> list[str]:
+    """ssh to a ground host, up to the destination: with the test key, no host key kept, quiet."""
+    return [
+        "ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+        "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=3",
+    ]  # fmt: skip
+
+
 def ssh(address: str, command: str, key: Path = USER_KEY, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            "ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=3",
-            f"root@{address}", command,
-        ],
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+    return subprocess.run([*ssh_argv(key), f"root@{address}", command], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
 
 
 def wait_for_ssh(address: str, timeout: float = 90) -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: the idle-killer's application credential, able to delete one server and nothing else."""
+"""Ansible module: the idle-killer's application credential, able to delete one server and its floating IP."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ DOCUMENTATION = r"""
 module: idle_killer_credential
 short_description: Keep the idle-killer's least-privilege application credential
 description:
-  - Makes an application credential of the logged-in user whose access rules allow one call only,
-    DELETE of the given server, with an expiry.
+  - Makes an application credential of the logged-in user whose access rules allow DELETE of the
+    given server and, when floating_ip_id is given, DELETE of that floating IP - nothing else - with
+    an expiry.
   - Idempotent where the openstack.cloud application_credential module is not (it re-creates on
     every run) - the credential the VM holds (known_id) is kept while it still exists, still names
     this server and has more than renew_days left; otherwise the credential of that name is
@@ -27,6 +28,7 @@ options:
   days: {description: Days the credential lives., type: int, default: 7}
   renew_days: {description: A credential with fewer days left than this is replaced., type: float, default: 2}
   rule_path: {description: "Access rule path; default: the compute endpoint's path + /servers/<id>.", type: str}
+  floating_ip_id: {description: "The floating IP the credential may delete too; empty: none.", type: str}
   allow_unrestricted_rules: {description: No access rules in Keystone - make one without., type: bool, default: false}
   fallback_roles: {description: Roles of a credential without access rules., type: list, elements: str, default: []}
   state: {description: present or absent., type: str, default: present, choices: [present, absent]}
@@ -64,6 +66,7 @@ class IdleKillerCredentialModule(OpenStackModule):
         days=dict(type="int", default=7),
         renew_days=dict(type="float", default=2),
         rule_path=dict(),
+        floating_ip_id=dict(),
         allow_unrestricted_rules=dict(type="bool", default=False),
         fallback_roles=dict(type="list", elements="str", default=[]),
         state=dict(default="present", choices=["present", "absent"]),
@@ -85,6 +88,8 @@ class IdleKillerCredentialModule(OpenStackModule):
             self.exit_json(changed=bool(found))
 
         rules = [{"service": "compute", "method": "DELETE", "path": p["rule_path"] or self._rule_path()}]
+        if p["floating_ip_id"]:
+            rules.append({"service": "network", "method": "DELETE", "path": self._floating_ip_path()})
         now = datetime.now(UTC)
         if found and found.id == p["known_id"] and self._still_good(found, rules, now):
             self.exit_json(changed=False, id=found.id, name=name, expires_at=found.expires_at,
@@ -109,6 +114,12 @@ class IdleKillerCredentialModule(OpenStackModule):
         prefix = urlparse(compute or "").path.rstrip("/") or "/v2.1"
         return f"{prefix}/servers/{self.params['server_id']}"
 
+    def _floating_ip_path(self) -> str:
+        # Neutron's endpoint is usually unversioned (https://host:9696); its API is /v2.0 under it
+        network = self.conn.session.get_endpoint(service_type="network", interface=self.params["interface"] or "public")
+        prefix = urlparse(network or "").path.rstrip("/")
+        return f"{prefix}/v2.0/floatingips/{self.params['floating_ip_id']}"
+
     def _still_good(self, found, rules, now) -> bool:
         expires = _expiry(found.expires_at)
         if expires is None or expires - now < timedelta(days=self.params["renew_days"]) or found.unrestricted:
@@ -120,7 +131,7 @@ class IdleKillerCredentialModule(OpenStackModule):
         kwargs = dict(
             user=user,
             name=name,
-            description="gpu-rent idle-killer: may delete its own server, nothing else",
+            description="gpu-rent idle-killer: may delete its own server and floating IP, nothing else",
             secret=secrets.token_urlsafe(32),
             expires_at=expires.strftime("%Y-%m-%dT%H:%M:%S"),
             unrestricted=False,

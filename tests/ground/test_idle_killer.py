@@ -1,11 +1,13 @@
 """The idle-killer on a real ground host, with a credential of the ground's real Keystone.
 
 bootstrap.yml arms it first; each keep-alive signal is staged on the host and the killer's status
-file and journal must name it; SwarmUI as upstream behaves (issue 13): a user's errored backend
-beside ours does not hide a running generation, and a ComfyUI relaunched on new ports is still
-seen; at the end SwarmUI stops, counts as busy up to the cap, and the killer deletes its own
-server through Keystone and Nova, leaving both volumes. Times are scaled
-from minutes to seconds with the role's idle_killer_* variables, the override only tests use.
+file and journal must name it (issue 14 adds GPU work through a test-only nvidia-smi that prints the
+real one's CSV - the host has no GPU -, a key typed in a real SSH terminal, and KEEP_ALIVE_COMMAND);
+SwarmUI as upstream behaves (issue 13): a user's errored backend beside ours does not hide a running
+generation, and a ComfyUI relaunched on new ports is still seen; at the end SwarmUI stops, counts as
+busy up to the cap, and the killer deletes its own server through Keystone and Nova, and then its
+floating IP through Neutron, leaving both volumes. Times are scaled from minutes to seconds with
+the role's idle_killer_* variables, the override only tests use.
 """
 
 from __future__ import annotations
@@ -23,13 +25,26 @@ import yaml
 from openstack import exceptions as os_exc
 
 from tests.ground.test_bootstrap import converged, recap, run_bootstrap, run_playbook
-from tests.groundkit import CLOUDS_YAML, Cloud, drop_killer_credentials, ssh, unique, wait_for_ssh, wait_until
+from tests.groundkit import (
+    CLOUDS_YAML,
+    Cloud,
+    drop_killer_credentials,
+    ssh,
+    ssh_argv,
+    unique,
+    wait_for_ssh,
+    wait_until,
+)
+from tests.unit.test_idle_look import NO_DRIVER, TWO_GPUS, nvidia_smi_script
 
 TICK = 2
 # Long enough that nothing fires while a signal is staged; the last test re-arms with short times.
 ARMED = {"idle_killer_tick_seconds": TICK, "idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 900,
          "idle_killer_cap_seconds": 900}  # fmt: skip
 STATUS = "/run/gpu-rent/idle-killer.json"
+# KEEP_ALIVE_COMMAND of these tests: a script each test rewrites (exit 1, not busy, unless a test says otherwise)
+KEEP_ALIVE = "/root/keep-alive"
+NVIDIA_SMI = "/usr/local/bin/nvidia-smi"  # on systemd's PATH for services, as the driver's /usr/bin is
 API = "http://127.0.0.1:7801"
 HOLD = "/mnt/swarm_data/.gpu-rent-hold-until"
 LOCK = "/run/gpu-rent/seeding"
@@ -85,6 +100,7 @@ class Armed:
     cloud: Cloud
     server: object
     address: str
+    floating_ip_id: str
     data_volume_id: str
     workdir: Path
     extra: dict
@@ -98,18 +114,27 @@ def vm(member_conn, net, tmp_path_factory):
     data = cloud.volume(4)
     server = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
     address = cloud.floating_ip(server)
+    fip_id = next(member_conn.network.ips(floating_ip_address=address)).id
     wait_for_ssh(address)
     name = unique("t-killer")
     cloud.later(lambda: drop_killer_credentials(member_conn, name))
     extra = {"gpu_rent_cloud_auth": member_auth(), "gpu_rent_server_id": server.id,
-             "idle_killer_credential_name": name} | ARMED  # fmt: skip
+             "idle_killer_credential_name": name, "gpu_rent_keep_alive_command": KEEP_ALIVE,
+             "gpu_rent_floating_ip_id": fip_id} | ARMED  # fmt: skip
+    keep_alive(address, "exit 1")
     workdir = tmp_path_factory.mktemp("killer")
     first = run_bootstrap((address, data.id), workdir, **extra)
     assert first.returncode == 0, converged(first)
     try:
-        yield Armed(cloud, server, address, data.id, workdir, extra, first)
+        yield Armed(cloud, server, address, fip_id, data.id, workdir, extra, first)
     finally:
         cloud.close()
+
+
+def keep_alive(address: str, body: str | None) -> None:
+    """KEEP_ALIVE_COMMAND's script on the host: body, or none at all."""
+    script = f"printf '#!/bin/sh\\n%s\\n' {shlex.quote(body)} > {KEEP_ALIVE} && chmod 755 {KEEP_ALIVE}"
+    assert ssh(address, f"rm -f {KEEP_ALIVE}" if body is None else script).returncode == 0
 
 
 def rearm(vm: Armed, **limits) -> None:
@@ -131,12 +156,16 @@ def test_bootstrap_arms_the_killer_first_with_a_credential_for_this_server_only(
     assert mode[:2] == ["600 root", "700 root"]
     config = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
     assert config["server_id"] == server.id
+    # issue 14's signals, on by default; KEEP_ALIVE_COMMAND as gpu-rent.vars gives it
+    assert float(config["gpu_percent"]) == 10 and config["shell"] is True and config["keep_alive_command"] == KEEP_ALIVE
     cred = member_conn.identity.get_application_credential(member_conn.current_user_id, config["credential_id"])
     project = member_conn.current_project_id[:8]
     assert cred.name == f"{extra['idle_killer_credential_name']}-{project}-RegionOne" and cred.unrestricted is False
     assert [(r["service"], r["method"], r["path"]) for r in cred.access_rules] == [
-        ("compute", "DELETE", f"/v2.1/servers/{server.id}")
+        ("compute", "DELETE", f"/v2.1/servers/{server.id}"),
+        ("network", "DELETE", f"/v2.0/floatingips/{vm.floating_ip_id}"),
     ]
+    assert config["floating_ip_id"] == vm.floating_ip_id
     assert cred.expires_at is not None
     status = next_reason(address)
     assert status["credential"]["state"] == "ok" and config["credential_secret"] not in json.dumps(status)
@@ -222,7 +251,13 @@ def settle(address: str) -> dict:
 
 
 def restart_swarmui(address: str) -> None:
-    assert ssh(address, "systemctl restart swarmui").returncode == 0
+    started = time.monotonic()
+    restarted = ssh(address, "systemctl restart swarmui", timeout=120)
+    took = time.monotonic() - started
+    if took > 20:  # the stand-in's stop is seconds; say where a slow one spent its time
+        print(f"systemctl restart swarmui took {took:.0f} s:")
+        print(ssh(address, "journalctl -u swarmui -o short-precise --no-pager --since=-150s | tail -60").stdout)
+    assert restarted.returncode == 0, restarted.stderr
     wait_until("SwarmUI answering after its restart", lambda: aggregate(address) not in ("", "loading"), 90)
 
 
@@ -239,7 +274,7 @@ def test_a_running_generation_with_a_second_errored_backend_keeps_the_vm(vm):
         # the staging holds: the aggregate alone would call this trouble (the remote one loads first)
         wait_until("SwarmUI's aggregate errored", lambda: aggregate(address) == "errored", 60)
         idle = next_reason(address)
-        assert idle["reason"].startswith(f"queue empty, {ours}, idle for"), idle
+        assert idle["reason"].startswith(f"queue empty, {ours}, GPU not read"), idle
         standin(address, "/StandinTest/QueueGeneration", {"seconds": 8, "count": 2})
         busy = wait_until(
             "the generation seen", lambda: (s := next_reason(address)) and "gens" in s["reason"] and s, 30
@@ -294,6 +329,72 @@ def test_a_comfyui_restarted_three_times_still_has_its_queue_seen(vm):
     assert seen["reason"].startswith("2 in the ComfyUI queue") and seen["comfyui"] == [{"port": port, "queue": 2}], seen
 
 
+def test_gpu_work_keeps_the_vm_and_memory_in_use_alone_does_not(vm):
+    address = vm.address
+    settle(address)
+    install = f"cat > {NVIDIA_SMI} && chmod 755 {NVIDIA_SMI}"
+    try:
+        for out, code, named in [
+            (TWO_GPUS, 0, "GPU 0 at 87 %"),  # GPU 1 at 0 % beside it
+            ("0, 3, 20321\n", 0, "no GPU work"),  # a model loaded, nothing running
+            (NO_DRIVER, 9, "GPU not read (nvidia-smi exit 9: NVIDIA-SMI has failed"),
+        ]:
+            staged = subprocess.run([*ssh_argv(), f"root@{address}", install], input=nvidia_smi_script(out, code),
+                                    capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert staged.returncode == 0, staged.stderr
+            status = next_reason(address)
+            assert named in status["reason"], status
+            assert (status["fires_at"] is None) == (code == 0 and named.startswith("GPU 0")), status
+            assert named in journal(address)
+    finally:
+        ssh(address, f"rm -f {NVIDIA_SMI}")
+    assert "GPU not read (no nvidia-smi on PATH)" in next_reason(address)["reason"]
+
+
+def test_a_key_typed_in_an_ssh_terminal_holds_the_clock_and_an_untouched_one_does_not(vm):
+    address = vm.address
+    before = set(ssh(address, "ls /dev/pts").stdout.split())
+    shell = subprocess.Popen([*ssh_argv(), "-tt", f"root@{address}"], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        opened = wait_until(
+            "the SSH terminal", lambda: set(ssh(address, "ls /dev/pts").stdout.split()) - before - {"ptmx"}, 30
+        )
+        assert len(opened) == 1, opened
+        pts = f"pts/{opened.pop()}"
+        # left open and untouched for longer than IDLE_MINUTES (900 s here): no reason to keep the VM
+        assert ssh(address, f"touch -a -d @$(( $(date +%s) - 1000 )) /dev/{pts}").returncode == 0
+        untouched = next_reason(address)
+        assert "typed" not in untouched["reason"] and untouched["fires_at"] <= time.time() + 900, untouched
+        time.sleep(1.1)  # a tty's times are whole seconds: the key must fall after the tick's clock
+        shell.stdin.write(b"true\n")  # a person types; the shell reads it
+        shell.stdin.flush()
+        typed = wait_until(
+            "the key seen", lambda: (s := next_reason(address)) and f"typed in {pts} (root)" in s["reason"] and s, 30
+        )
+        assert typed["action"] == "keep" and typed["fires_at"] > untouched["fires_at"], (untouched, typed)
+        assert f"typed in {pts} (root)" in journal(address)
+    finally:
+        shell.kill()
+        shell.wait()
+
+
+def test_keep_alive_command_exiting_0_keeps_the_vm_and_a_broken_one_is_named(vm):
+    address = vm.address
+    try:
+        keep_alive(address, "exit 0")
+        busy = next_reason(address)
+        assert busy["reason"] == "KEEP_ALIVE_COMMAND exits 0" and busy["fires_at"] is None, busy
+        keep_alive(address, None)  # gone: the shell cannot run it (exit 127)
+        broken = next_reason(address)
+        assert broken["reason"].startswith("KEEP_ALIVE_COMMAND exit 127: "), broken
+        assert "counted as busy" in broken["reason"] and KEEP_ALIVE in broken["reason"], broken
+        assert "KEEP_ALIVE_COMMAND exit 127" in journal(address)
+    finally:
+        keep_alive(address, "exit 1")
+    assert next_reason(address)["reason"].startswith("queue empty")
+
+
 def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, member_conn, admin_conn, net):
     cloud, server, address = vm.cloud, vm.server, vm.address
     config = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
@@ -310,8 +411,14 @@ def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, 
                                                 networks="none")  # fmt: skip
     cloud.later(lambda: admin_conn.compute.delete_server(stranger, ignore_missing=True))
     killer.authorize()  # the credential itself is good: what follows is refused for what it asks, not for who
+    other_ip = member_conn.network.create_ip(floating_network_id=member_conn.network.find_network("external").id)
+    cloud.later(lambda: member_conn.network.delete_ip(other_ip, ignore_missing=True))
     refused = {
         "create a server": lambda: killer.compute.create_server(name="nope", flavor_id=flavor, networks="none"),
+        "list floating IPs": lambda: list(killer.network.ips()),
+        "delete another floating IP": lambda: killer.network.delete_ip(other_ip.id, ignore_missing=False),
+        "move its own floating IP": lambda: killer.network.update_ip(vm.floating_ip_id, port_id=None),
+        "read its own floating IP": lambda: killer.network.get_ip(vm.floating_ip_id),
         "list volumes": lambda: list(killer.block_storage.volumes()),
         "delete its data volume": lambda: killer.block_storage.delete_volume(server.attached_volumes[0]["id"]),
         "list servers": lambda: list(killer.compute.servers()),
@@ -323,6 +430,8 @@ def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, 
             call()
         assert no.value.status_code in (401, 403), what
     assert member_conn.compute.get_server(neighbour.id).status == "ACTIVE"
+    assert member_conn.network.get_ip(other_ip.id).id == other_ip.id
+    assert member_conn.network.get_ip(vm.floating_ip_id).port_id  # still where it was
     assert admin_conn.compute.get_server(stranger.id).id == stranger.id
 
 
@@ -341,6 +450,8 @@ def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_a
     said = journal(address)
     wait_until("the server deleted by its idle-killer", lambda: cloud.conn.compute.find_server(server.id) is None, 90)
     assert "grace after boot" in said and "SwarmUI not answering" in said
+    # and then its floating IP, which bills by the hour with or without a server
+    assert cloud.conn.network.find_ip(vm.floating_ip_id) is None
     for volume_id in volumes:  # both volumes stay, and are free for the next up
         free = lambda v=volume_id: cloud.conn.block_storage.get_volume(v).status == "available"  # noqa: E731
         wait_until(f"volume {volume_id} available", free, 60)

@@ -423,14 +423,16 @@ def test_up_after_stop_reuses_the_same_volumes(life):
     assert int(size_mb) > 5 * 1024 and kept == "kept"
 
 
-def test_status_shows_the_armed_idle_killer_whose_credential_may_delete_this_server_only(life):
+def test_status_shows_the_armed_idle_killer_whose_credential_may_delete_this_server_and_its_ip_only(life):
     project, ours = life
     server = ours.servers()[0]
     seen = status(project)
     assert seen["idle_killer"]["view"].startswith("armed, kept alive by: grace after boot"), seen["idle_killer"]
     assert seen["idle_killer"]["status"]["server_id"] == server.id
-    rules = [(r["method"], r["path"]) for r in ours.killer_credential().access_rules]
-    assert rules == [("DELETE", f"/v2.1/servers/{server.id}")]
+    rules = [(r["service"], r["method"], r["path"]) for r in ours.killer_credential().access_rules]
+    fip = state(project)["resources"]["floating_ip"]
+    assert rules == [("compute", "DELETE", f"/v2.1/servers/{server.id}"),
+                     ("network", "DELETE", f"/v2.0/floatingips/{fip}")]  # fmt: skip
     shown = gpu_rent(project, "status")
     assert "killer    armed, kept alive by: grace after boot" in shown.stdout
     address = state(project)["resources"]["floating_ip_address"]
@@ -528,10 +530,10 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_reconc
     wait_until("both volumes free", lambda: all(v.status == "available" for v in ours.volumes().values()), 60)
     seen = status(project)
     assert seen["phase"] == "idle" and seen["server"] is None and seen["idle_killer"] is None
-    # what still bills is named: the floating IP the server left, with the command that releases it
-    (ip,) = ours.floating_ips()
+    # nothing bills but the disks: the killer deleted the floating IP after its server (issue 14)
+    assert ours.floating_ips() == []
     named = {x["id"]: x["kind"] for x in seen["leftovers"]}
-    assert named.get(ip.id) == "floating_ip" and server.id not in named
+    assert server.id not in named and "floating_ip" not in named.values()
     assert named.keys().isdisjoint(volumes.values())  # kept volumes are the project's, not leftovers
 
 

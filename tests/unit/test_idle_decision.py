@@ -1,6 +1,7 @@
 """The idle-killer's decision, rule by rule (SPEC §7, the order of issue 13): what keeps a VM, and when it goes."""
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +19,8 @@ from gpu_rent.idle_decision import (
 
 MIN = 60.0
 LIMITS = Limits(idle_seconds=30 * MIN, grace_seconds=45 * MIN, cap_seconds=60 * MIN)
+# every signal on, as the role arms it by default (IDLE_GPU_PERCENT=10)
+ALL_ON = replace(LIMITS, gpu_percent=10)
 BOOT = 1_000_000.0
 LATE = BOOT + 50 * MIN  # past the grace
 
@@ -196,6 +199,8 @@ KEEPERS = {
     "seeding": ({"seeding_until": LATE + 1}, "seeding runs (extensions, models or a push)"),
     "download": ({"downloads": ("Lora/x.download.tmp",)}, "download of Lora/x.download.tmp"),
     "ComfyUI queue": ({"comfy_queue": 2}, "2 in the ComfyUI queue"),
+    "GPU": ({"gpus": ((0, 3.0, 900.0), (1, 87.0, 20000.0))}, "GPU 1 at 87 %"),
+    "KEEP_ALIVE_COMMAND": ({"keep_alive": True}, "KEEP_ALIVE_COMMAND exits 0"),
 }
 COUNTER_WORK = {k: ({"counter": k}, f"1 {k.replace('_', ' ')}") for k in BUSY_COUNTERS}
 
@@ -216,7 +221,7 @@ LONG_TROUBLE = Memory(troubled_since=LATE - 500 * MIN, idle_since=LATE - 400 * M
 @pytest.mark.parametrize("keeper", KEEPERS, ids=list(KEEPERS))
 def test_every_keeper_keeps_the_vm_whatever_the_trouble_and_however_long_it_lasted(keeper, trouble):
     kw, named = KEEPERS[keeper]
-    decision = decide(staged(kw, TROUBLES[trouble]), LIMITS, LONG_TROUBLE)
+    decision = decide(staged(kw, TROUBLES[trouble]), ALL_ON, LONG_TROUBLE)
     assert decision.action == KEEP and decision.reason.startswith(named), decision.reason
     assert decision.fires_at is None and decision.memory.idle_since is None
 
@@ -239,7 +244,7 @@ def test_the_first_rule_that_keeps_names_the_reason(higher, lower):
     kw = KEEPERS[lower][0] | KEEPERS[higher][0]
     if "now" in kw and "hold_until" in kw:
         kw["hold_until"] = kw["now"] + 10 * MIN
-    decision = decide(seen(**kw), LIMITS, Memory())
+    decision = decide(seen(**kw), ALL_ON, Memory())
     assert decision.reason.startswith(KEEPERS[higher][1]), decision.reason
 
 
@@ -313,3 +318,101 @@ def test_our_backends_are_the_self_start_comfyuis_of_our_start_script():
     assert our_backends(answer) == ("running", "loading", "idle")
     assert our_backends({}) == () and our_backends(["x"]) == () and our_backends({"0": "x", "1": {"type": 5}}) == ()
     assert our_backends(listing(ours("running", script="x/main.py")), "x/main.py") == ("running",)
+
+
+# ------------------------------------------------- issue 14: GPU work, a person in a shell, the user's command
+GPU_IDLE = ((0, 0.0, 21000.0),)  # a model loaded, nothing running
+
+
+def test_a_busy_gpu_is_work_that_restarts_the_clock_and_each_busy_gpu_is_named():
+    hot = ((0, 95.0, 30000.0), (1, 11.0, 500.0))
+    first, busy, after = run_all_on([seen(LATE), seen(LATE + 29 * MIN, gpus=hot), seen(LATE + 30 * MIN)], Memory())
+    assert first.action == KEEP
+    assert busy.action == KEEP and busy.reason == "GPU 0 at 95 %, GPU 1 at 11 %" and busy.fires_at is None
+    assert after.fires_at == LATE + 60 * MIN  # the clock began again when the GPU went quiet
+
+
+def run_all_on(ticks: list[Observation], memory: Memory) -> list[Decision]:
+    out = []
+    for tick in ticks:
+        out.append(decision := decide(tick, ALL_ON, memory))
+        memory = decision.memory
+    return out
+
+
+@pytest.mark.parametrize(
+    ("gpus", "said"),
+    [
+        (GPU_IDLE, "no GPU work"),  # memory in use is no work: ComfyUI keeps its models loaded
+        (((0, 10.0, 100.0),), "no GPU work"),  # at the threshold is not above it
+        (((0, None, 100.0),), "no GPU work"),  # [N/A]: a MIG slice tells no utilisation of its own
+        ((), "no GPU found"),
+    ],
+)
+def test_a_quiet_gpu_lets_the_clock_run_and_the_reason_says_so(gpus, said):
+    decisions = run_all_on([seen(LATE + m * MIN, gpus=gpus) for m in (0, 30)], Memory())
+    assert decisions[0].reason == f"queue empty, {said}, idle for 0 min"
+    assert decisions[1].action == DELETE
+
+
+def test_gpus_not_read_are_named_and_are_no_reason_to_keep_the_vm():
+    decisions = run_all_on([seen(LATE + m * MIN, gpu_error="no nvidia-smi on PATH") for m in (0, 30)], Memory())
+    assert decisions[0].reason == "queue empty, GPU not read (no nvidia-smi on PATH), idle for 0 min"
+    assert decisions[1].action == DELETE
+
+
+def test_with_the_gpu_signal_off_a_busy_gpu_is_neither_work_nor_named():
+    decision = decide(seen(gpus=((0, 99.0, 1.0),)), LIMITS, Memory(idle_since=LATE - 30 * MIN))
+    assert decision.action == DELETE and "GPU" not in decision.reason
+
+
+def test_a_key_typed_in_a_shell_holds_the_clock_idle_minutes_from_the_key():
+    typed = (LATE + 5 * MIN, "pts/0 (root)")
+    ticks = [seen(LATE + m * MIN, shell_input=typed) for m in (0, 6, 34, 35)]
+    start, after_key, before_end, end = run(ticks)
+    assert start.fires_at == LATE + 30 * MIN and "typed" not in start.reason  # the key is still to come
+    assert after_key.reason == "queue empty, typed in pts/0 (root) 1 min ago, idle for 1 min"
+    assert after_key.fires_at == LATE + 35 * MIN and after_key.memory.idle_since == LATE + 5 * MIN
+    assert before_end.action == KEEP and end.action == DELETE
+
+
+def test_a_terminal_left_open_and_untouched_does_not_keep_the_vm():
+    old = (LATE - 60 * MIN, "pts/3 (ubuntu)")
+    decisions = run([seen(LATE + m * MIN, shell_input=old) for m in (0, 30)])
+    assert "pts" not in decisions[0].reason and decisions[1].action == DELETE
+
+
+def test_a_terminal_clock_ahead_counts_as_now_not_as_the_future():
+    ahead = (LATE + 600 * MIN, "pts/0 (root)")
+    decision = decide(seen(shell_input=ahead), ALL_ON, Memory(idle_since=LATE - 10 * MIN))
+    assert decision.fires_at == LATE + 30 * MIN
+
+
+def test_a_person_typing_holds_the_clock_past_the_trouble_cap_too():
+    down = {"status": None, "error": "connection refused"}
+    typed = (LATE + 70 * MIN, "pts/0 (root)")  # the user fixing SwarmUI by hand, after the cap
+    past_cap = Memory(troubled_since=LATE, idle_since=LATE + 60 * MIN)  # the clock runs since the cap
+    decision = decide(seen(LATE + 71 * MIN, shell_input=typed, **down), LIMITS, past_cap)
+    assert decision.action == KEEP and decision.fires_at == LATE + 100 * MIN, decision
+    assert "typed in pts/0 (root) 1 min ago" in decision.reason
+
+
+def test_the_keep_alive_command_exiting_0_is_work_and_another_code_is_not():
+    busy, quiet = run([seen(LATE, keep_alive=True), seen(LATE + MIN, keep_alive=False)])
+    assert busy.reason == "KEEP_ALIVE_COMMAND exits 0" and busy.fires_at is None
+    assert quiet.reason == "queue empty, idle for 0 min" and quiet.fires_at == LATE + 31 * MIN
+
+
+def test_a_keep_alive_command_that_cannot_say_is_trouble_named_and_capped_never_silently_idle():
+    broken = {"keep_alive_error": "exit 127: sh: 1: pgrep-typo: not found"}
+    ticks = [seen(LATE + m * MIN, **broken) for m in (0, 60, 90)]
+    first, at_cap, end = run_all_on(ticks, Memory())
+    said = "KEEP_ALIVE_COMMAND exit 127: sh: 1: pgrep-typo: not found"
+    assert first.action == KEEP and first.reason == f"{said}: counted as busy for 60 min more"
+    assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE and said in end.reason
+
+
+def test_swarmui_trouble_and_a_broken_keep_alive_command_are_both_named():
+    decision = decide(seen(status=None, error="refused", keep_alive_error="ran past its 30 s timeout"), ALL_ON,
+                      Memory())  # fmt: skip
+    assert decision.reason.startswith("SwarmUI not answering (refused); KEEP_ALIVE_COMMAND ran past its 30 s timeout")

@@ -21,16 +21,8 @@ from pathlib import Path
 import pytest
 
 from gpu_rent import idle_killer
-from gpu_rent.idle_killer import (
-    Config,
-    Unreachable,
-    comfy_port,
-    endpoint,
-    fresh_downloads,
-    live_comfy_ports,
-    read_time,
-    unit_pids,
-)
+from gpu_rent.idle_killer import Config, Unreachable, endpoint
+from gpu_rent.idle_look import comfy_port, fresh_downloads, live_comfy_ports, read_time, unit_pids
 from tests.unit.test_swarmui_standin import BACKENDS, comfy_processes, free_port, start, stop, wait_for
 from tests.upstream_api import UpstreamAPI
 
@@ -55,6 +47,8 @@ def config(tmp_path: Path, swarm_port: int, comfy_port: int | None = None, **kw)
         "seeding_lock": str(tmp_path / "seeding"),
         "status_file": str(tmp_path / "run" / "idle-killer.json"),
         "credential_check_seconds": 1e12,  # no credential check in these ticks
+        "gpu_percent": None,  # no GPU here; test_idle_look.py gives the killer one
+        "shell": False,  # this machine's terminals are not the VM's
     } | kw
     path = tmp_path / "idle-killer.json"
     path.write_text(json.dumps(data))

@@ -14,9 +14,9 @@ agent keeps podman containers in step with the cloud, every two seconds (COST_NO
   on a real VM; growing the volume in Cinder grows the device live;
 - the host boots as a VM does: fstab's device entries (UUID=...) are mounted at boot, see BOOT_NOTES;
 - the server's key pair is added to root's authorized_keys, as cloud-init does;
-- the cloud's API answers inside the host at the catalogue's URLs (127.0.0.1:5000, :8774): a
+- the cloud's API answers inside the host at the catalogue's URLs (127.0.0.1:5000, :8774, :9696): a
   forwarder unit in the host relays them to the gateway, where the ground relays them to the APIs
-  on loopback (forward.py), so a VM's idle-killer talks to Keystone and Nova as on a real cloud;
+  on loopback (forward.py), so a VM's idle-killer talks to Keystone, Nova and Neutron as on a real cloud;
 - when the server is deleted, shelved, stopped or loses its floating IP, its
   container is removed and the address stops answering;
 - backing files and root filesystems of volumes Cinder no longer has are

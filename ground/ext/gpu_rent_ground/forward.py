@@ -1,6 +1,6 @@
 """TCP forwarder that lets a ground host reach the cloud's API at the catalogue's own URLs.
 
-The catalogue says http://127.0.0.1:5000 (Keystone) and :8774 (Nova), loopback of the ground
+The catalogue says http://127.0.0.1:5000 (Keystone), :8774 (Nova) and :9696 (Neutron), loopback of the ground
 machine. A host (a container in its own network namespace) has a loopback of its own, so it runs
 this forwarder twice removed: inside the host, 127.0.0.1:PORT -> the hosts' gateway; on the
 ground machine, the gateway address:PORT -> 127.0.0.1:PORT. The APIs stay on loopback, the hosts

@@ -1,0 +1,345 @@
+"""What the idle-killer looks at on the VM, one function per thing that may keep it.
+
+SwarmUI's GetGlobalStatus and ListBackends (one session kept from tick to tick), every ComfyUI's
+own queue at the port its command line names, partial downloads, the lock and hold files, the data
+volume, each GPU's utilisation, the newest key typed in a terminal, and the user's
+KEEP_ALIVE_COMMAND. Each returns what it saw or why it saw nothing; idle_decision decides. Standard
+library only, installed beside idle_killer.py on the VM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    from gpu_rent.idle_decision import OUR_START_SCRIPT, our_backends
+except ImportError:  # on the VM: idle_decision.py lies beside this file
+    from idle_decision import OUR_START_SCRIPT, our_backends  # type: ignore[no-redef]
+
+HTTP_TIMEOUT = 10
+# ComfyUI answers its routes while a prompt runs (aiohttp beside the execution thread); a busy GPU
+# host may make it slow, so it is given more than a moment before it counts as not answering.
+COMFY_TIMEOUT = 5
+# A "*.tmp" under Models written to within this long means a download runs (SwarmUI's own
+# downloads write <name>.download.tmp, its workflow auto-downloads <file>.tmp).
+DOWNLOAD_FRESH_SECONDS = 120
+FUTURE_SLACK = 5  # seconds a partial file's mtime may lie ahead of this clock and still count
+
+
+def why(error: BaseException) -> str:
+    """An exception in a few words: "HTTP 503 Service Unavailable", "[Errno 111] Connection refused"."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code} {error.reason}"
+    if isinstance(error, urllib.error.URLError):
+        return str(error.reason)
+    return str(error) or type(error).__name__
+
+
+def _post_json(url: str, body: dict, timeout: float = HTTP_TIMEOUT) -> dict:
+    """A POST and its JSON object. SwarmUI's API errors are answers too: src/WebAPI/API.cs sends
+    HTTP 401 for an unknown session (error_id invalid_session_id) and HTTP 400 for the others
+    (bad_permissions, bad_route, basic_api ...), each with the JSON error as its body."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            answer = json.loads(reply.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        if not 400 <= e.code < 500:
+            raise
+        try:
+            answer = json.loads(e.read() or b"{}")
+        except (OSError, ValueError):
+            raise e from None
+        if not _is_error(answer):
+            raise e from None
+    if not isinstance(answer, dict):
+        raise ValueError(f"not a JSON object: {str(answer)[:60]}")
+    return answer
+
+
+def _is_error(answer: object) -> bool:
+    return isinstance(answer, dict) and ("error_id" in answer or "error" in answer)
+
+
+@dataclass(frozen=True)
+class SwarmLook:
+    status: dict | None  # GetGlobalStatus's answer, or the error it answered with (+ "route")
+    error: str | None  # why SwarmUI did not answer
+    backends: tuple[str, ...] | None  # our backends' states from ListBackends; None: not read
+    backends_error: str | None  # why ListBackends was not read
+    session_id: str | None  # the session to reuse next tick
+
+
+def swarm_look(url: str, session_id: str | None, start_script: str = OUR_START_SCRIPT) -> SwarmLook:
+    """GetGlobalStatus (all sessions' counters, not this caller's) and ListBackends, in one session.
+
+    The session is kept from tick to tick (SwarmUI keeps sessions across its restarts, in
+    Data/Users.ldb); one SwarmUI does not know (HTTP 401 invalid_session_id) is replaced at once,
+    within the tick. Any other error is the answer, named by its error_id."""
+    session = [session_id]
+
+    def call(route: str) -> dict:
+        for _ in range(2):
+            if not session[0]:
+                new = _post_json(f"{url}/API/GetNewSession", {})
+                if _is_error(new) or not isinstance(new.get("session_id"), str):
+                    return {"error": "no session_id in its answer"} | new | {"route": "GetNewSession"}
+                session[0] = new["session_id"]
+            answer = _post_json(f"{url}/API/{route}", {"session_id": session[0]})
+            if answer.get("error_id") != "invalid_session_id":
+                return answer | {"route": route} if _is_error(answer) else answer
+            session[0] = None  # unknown to SwarmUI (expired, or its Data lost): a new one, now
+        return answer | {"route": route}  # a session SwarmUI made a moment ago, refused
+
+    try:
+        status = call("GetGlobalStatus")
+    except (OSError, ValueError) as e:
+        return SwarmLook(None, why(e), None, None, session[0])
+    if _is_error(status):
+        return SwarmLook(status, None, None, None, session[0])
+    backends, backends_error = None, None
+    try:
+        listing = call("ListBackends")
+        if _is_error(listing):
+            backends_error = f"{listing.get('error_id') or ''} {listing.get('error') or ''}".strip()
+        else:
+            backends = our_backends(listing, start_script)
+    except (OSError, ValueError) as e:
+        backends_error = why(e)
+    return SwarmLook(status, None, backends, backends_error, session[0])
+
+
+def unit_pids(cgroup_root: str, unit: str, proc: str = "/proc") -> list[int]:
+    """The processes of a systemd service: its cgroup's (cgroup v2), else every process whose
+    /proc/<pid>/cgroup names the unit (cgroup v1, or a cgroup tree mounted elsewhere)."""
+    top = Path(cgroup_root, "system.slice", unit)
+    if top.is_dir():
+        pids = []
+        for folder, _dirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    pids += [int(p) for p in Path(folder, "cgroup.procs").read_text().split()]
+        return pids
+    pids = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(proc):
+            if not entry.name.isdigit():
+                continue
+            try:
+                lines = Path(entry.path, "cgroup").read_text().splitlines()
+            except OSError:
+                continue  # ended meanwhile
+            if any(unit in line.split(":", 2)[-1].split("/") for line in lines):
+                pids.append(int(entry.name))
+    return pids
+
+
+def comfy_port(argv: list[str]) -> int | None:
+    """The port of a ComfyUI from its command line, None when it is none: SwarmUI starts it as
+    `<venv>/bin/python3 -s main.py <ExtraArgs> --port N <args>` (NetworkBackendUtils.DoSelfStart;
+    ComfyUI's comfy/cli_args.py reads --port, the last one given)."""
+    if not any(os.path.basename(a) == "main.py" for a in argv):
+        return None
+    port = None
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv):
+            port = argv[i + 1]
+        elif arg.startswith("--port="):
+            port = arg.split("=", 1)[1]
+    try:
+        return int(port) if port is not None else None
+    except ValueError:
+        return None
+
+
+def live_comfy_ports(cgroup_root: str, unit: str, proc: str = "/proc") -> tuple[int, ...]:
+    """The ports of the ComfyUI processes SwarmUI runs now. They move: the first gets 7821, each
+    (re)launch the next (NetworkBackendUtils.GetNextPort), +0..1999 with BackendPortRandomize."""
+    ports = set()
+    for pid in unit_pids(cgroup_root, unit, proc):
+        try:
+            argv = Path(proc, str(pid), "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # ended meanwhile
+        port = comfy_port(argv)
+        if port is not None:
+            ports.add(port)
+    return tuple(sorted(ports))
+
+
+def comfy_queues(ports: tuple[int, ...]) -> list[dict]:
+    """Each ComfyUI's own queue, running and pending (ComfyUI server.py GET /prompt:
+    exec_info.queue_remaining); None for one that does not answer (still loading, or gone)."""
+    found = []
+    for port in ports:
+        queue = None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/prompt", timeout=COMFY_TIMEOUT) as reply:
+                answer = json.loads(reply.read())
+            queue = int(answer["exec_info"]["queue_remaining"])
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        found.append({"port": port, "queue": queue})
+    return found
+
+
+def data_volume_problem(mount: str, marker: str) -> str | None:
+    """What is wrong with the data volume, in words; None when it is mounted with its marker (a VM
+    the cloud booted without gpu-rent may run SwarmUI on the boot disk's empty folders)."""
+    if not mount:
+        return None
+    if not os.path.ismount(mount):
+        return f"not mounted at {mount}"
+    if not os.path.exists(os.path.join(mount, marker)):
+        return f"at {mount} lacks its marker {marker}"
+    return None
+
+
+def fresh_downloads(dirs: tuple[str, ...], now: float, fresh: float = DOWNLOAD_FRESH_SECONDS) -> tuple[str, ...]:
+    """Partial files being written under the model folders, newest first, as paths under their folder."""
+    found: list[tuple[float, str]] = []
+    for top in dirs:
+        for folder, _dirs, files in os.walk(top):
+            for name in files:
+                if not name.endswith(".tmp"):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    mtime = os.stat(path).st_mtime
+                except OSError:
+                    continue  # renamed to its final name between the listing and the look
+                # a clock ahead (a file copied with its mtime from a laptop) must not keep the VM for ever
+                if -FUTURE_SLACK <= now - mtime <= fresh:
+                    found.append((mtime, os.path.relpath(path, top)))
+    return tuple(p for _, p in sorted(found, reverse=True))
+
+
+GPU_QUERY = ("--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits")
+GPU_TIMEOUT = 15  # nvidia-smi may take seconds to wake a driver without persistence mode
+
+
+def parse_gpus(text: str) -> tuple[tuple[int, float | None, float | None], ...]:
+    """nvidia-smi's CSV (GPU_QUERY): "0, 87, 20321" a GPU per line; "[N/A]" or "[Not Supported]"
+    where a GPU does not tell (a MIG slice has no utilisation of its own). ValueError for anything
+    else: "No devices were found" or the driver's complaint is no GPU list."""
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 3 or not fields[0].isdigit():
+            raise ValueError(_first_line(line))
+        gpus.append((int(fields[0]), _reading(fields[1]), _reading(fields[2])))
+    return tuple(gpus)
+
+
+def _reading(field: str) -> float | None:
+    if field.startswith("["):  # [N/A], [Not Supported], [Unknown Error]
+        return None
+    return float(field)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:160]
+
+
+def read_gpus(nvidia_smi: str) -> tuple[tuple[tuple[int, float | None, float | None], ...] | None, str | None]:
+    """Every GPU's reading, or why there is none (no nvidia-smi, no driver, no permission)."""
+    try:
+        done = subprocess.run(
+            [nvidia_smi, *GPU_QUERY], capture_output=True, text=True, timeout=GPU_TIMEOUT, stdin=subprocess.DEVNULL
+        )
+    except FileNotFoundError:
+        return None, f"no {nvidia_smi} on PATH"
+    except subprocess.TimeoutExpired:
+        return None, f"{nvidia_smi} did not answer in {GPU_TIMEOUT} s"
+    except OSError as e:
+        return None, f"{nvidia_smi}: {e.strerror or e}"
+    if done.returncode != 0:  # 6: "No devices were found"; 9: "NVIDIA-SMI has failed because ... driver"
+        said = _first_line(done.stdout) or _first_line(done.stderr) or "no output"
+        return None, f"{nvidia_smi} exit {done.returncode}: {said}"
+    try:
+        return parse_gpus(done.stdout), None
+    except ValueError as e:
+        return None, f"{nvidia_smi} said: {e}"
+
+
+def last_terminal_input(pts_root: str = "/dev/pts") -> tuple[float, str] | None:
+    """The newest key typed in any terminal: the atime of /dev/pts/N, which the kernel moves when a
+    program reads input from it (every 8 s at most), as `w` and `who -u` read idleness. An SSH tunnel
+    (ssh -N, no terminal) has none; output does not move it (that is the mtime)."""
+    newest = None
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(pts_root):
+            if not entry.name.isdigit():  # ptmx
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue  # closed meanwhile
+            if newest is None or st.st_atime > newest[0]:
+                newest = (st.st_atime, f"pts/{entry.name} ({_user(st.st_uid)})")
+    return newest
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def run_keep_alive(command: str, timeout: float) -> tuple[bool | None, str | None]:
+    """KEEP_ALIVE_COMMAND's verdict: (True, None) exit 0, (False, None) another exit code; (None, why)
+    when it cannot say: the shell could not run it (126 not executable, 127 not found), a signal
+    ended it, or it ran past the timeout (its whole process group is killed then)."""
+    if not command:
+        return None, None
+    try:
+        # the command reaches the shell through its environment, not its argv: `pgrep -f train.py`
+        # would otherwise find the very shell that runs it, and keep the VM for ever
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", 'eval "$KEEP_ALIVE_COMMAND"'],
+            env={**os.environ, "KEEP_ALIVE_COMMAND": command},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: a timeout ends what it started too
+        )
+    except OSError as e:
+        return None, f"could not start: {e.strerror or e}"
+    try:
+        _out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        return None, f"ran past its {timeout:.0f} s timeout"
+    said = _first_line((err or b"").decode(errors="replace").splitlines()[-1] if err and err.strip() else "")
+    code = child.returncode
+    if code == 0:
+        return True, None
+    if code in (126, 127):
+        return None, f"exit {code}: {said or 'not found or not executable'}"
+    if code < 0:
+        return None, f"ended by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    return False, None
+
+
+def read_time(path: str) -> float | None:
+    """A unix time written alone in a file (the hold, the seeding lock); None when absent or unreadable."""
+    try:
+        return float(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,1 @@
+../../../gpu_rent/idle_look.py

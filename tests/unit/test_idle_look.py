@@ -1,0 +1,219 @@
+"""What the idle-killer reads besides SwarmUI (issue 14): each GPU's utilisation from nvidia-smi, the
+newest key typed in a terminal, and the user's KEEP_ALIVE_COMMAND - on real processes and a real
+pseudo-terminal of this machine, and through a whole tick.
+
+No machine here has a GPU: nvidia-smi is a test-only script printing what the real one prints for the
+same query (`--query-gpu=index,utilization.gpu,memory.used --format=csv,noheader,nounits`: one GPU
+per line, "[N/A]" where a GPU does not tell), with the real one's words and exit codes where it has
+no device (6, "No devices were found") and no driver (9).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_rent import idle_killer
+from gpu_rent.idle_look import last_terminal_input, parse_gpus, read_gpus, run_keep_alive
+from tests.unit.test_idle_killer_program import config, tick
+from tests.unit.test_idle_killer_program import swarm as swarm  # a fixture
+
+NO_DEVICES = "No devices were found\n"  # nvidia-smi exit 6, on stdout
+NO_DRIVER = (  # nvidia-smi exit 9, on stdout
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+    "NVIDIA driver is installed and running.\n\n"
+)
+NO_PERMISSION = "Failed to initialize NVML: Insufficient Permissions\n"  # exit 4: /dev/nvidia* not readable
+TWO_GPUS = "0, 87, 20321\n1, 0, 3\n"
+MIG = "0, [N/A], 4500\n"
+
+
+def nvidia_smi_script(out: str, code: int = 0) -> str:
+    """An nvidia-smi that prints out for GPU_QUERY and exits with code; other arguments fail loudly."""
+    return (
+        "#!/bin/sh\n"
+        '[ "$1" = --query-gpu=index,utilization.gpu,memory.used ] && [ "$2" = --format=csv,noheader,nounits ]'
+        ' || { echo "unexpected arguments: $*" >&2; exit 2; }\n'
+        f"cat <<'OUT'\n{out}OUT\nexit {code}\n"
+    )
+
+
+def fake_nvidia_smi(tmp_path: Path, out: str, code: int = 0) -> str:
+    path = tmp_path / "bin" / "nvidia-smi"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(nvidia_smi_script(out, code))
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_parse_gpus_reads_every_gpu_and_na_as_unknown():
+    assert parse_gpus(TWO_GPUS) == ((0, 87.0, 20321.0), (1, 0.0, 3.0))
+    assert parse_gpus(MIG) == ((0, None, 4500.0),)
+    assert parse_gpus("") == ()
+
+
+@pytest.mark.parametrize("text", [NO_DEVICES, NO_DRIVER, NO_PERMISSION, "0, 87\n"])
+def test_parse_gpus_refuses_what_is_not_a_gpu_list(text):
+    with pytest.raises(ValueError):
+        parse_gpus(text)
+
+
+@pytest.mark.parametrize(
+    ("out", "code", "expected"),
+    [
+        (TWO_GPUS, 0, (((0, 87.0, 20321.0), (1, 0.0, 3.0)), None)),
+        (NO_DEVICES, 6, (None, "exit 6: No devices were found")),
+        (NO_DRIVER, 9, (None, "exit 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA")),
+        (NO_PERMISSION, 4, (None, "exit 4: Failed to initialize NVML: Insufficient Permissions")),
+    ],
+    ids=["two-gpus", "no-devices", "no-driver", "no-permission"],
+)
+def test_read_gpus_names_what_nvidia_smi_said(tmp_path, out, code, expected):
+    program = fake_nvidia_smi(tmp_path, out, code)
+    gpus, error = read_gpus(program)
+    assert gpus == expected[0]
+    if expected[1] is None:
+        assert error is None
+    else:
+        assert error.startswith(f"{program} {expected[1]}"), error
+
+
+def test_read_gpus_without_nvidia_smi_says_so(tmp_path):
+    assert read_gpus(str(tmp_path / "nvidia-smi")) == (None, f"no {tmp_path / 'nvidia-smi'} on PATH")
+
+
+# ---------------------------------------------------------------- a real pseudo-terminal
+@pytest.fixture
+def terminal(tmp_path):
+    """A pseudo-terminal of this machine, seen alone: pts_root holds a link to its /dev/pts/N only."""
+    master, slave = os.openpty()
+    name = os.ttyname(slave)  # /dev/pts/N
+    root = tmp_path / "pts"
+    root.mkdir()
+    (root / Path(name).name).symlink_to(name)
+    (root / "ptmx").symlink_to("/dev/ptmx")  # never a terminal of its own
+    long_ago = time.time() - 3600
+    os.utime(name, (long_ago, os.stat(name).st_mtime))  # untouched for an hour
+    yield master, slave, str(root), Path(name).name, long_ago
+    os.close(master)
+    os.close(slave)
+
+
+def test_a_key_read_from_a_terminal_is_its_newest_input_and_output_is_not(terminal):
+    master, slave, root, n, long_ago = terminal
+    at, where = last_terminal_input(root)
+    assert at == pytest.approx(long_ago, abs=1) and where == f"pts/{n} ({pwd.getpwuid(os.getuid()).pw_name})"
+    os.write(slave, b"output to the screen\n")  # the mtime moves, not the atime
+    assert last_terminal_input(root)[0] == pytest.approx(long_ago, abs=1)
+    os.write(master, b"ls\n")  # a key typed ...
+    assert os.read(slave, 100) == b"ls\n"  # ... and read by the shell
+    typed, where = last_terminal_input(root)
+    assert abs(typed - time.time()) < 10  # the kernel keeps a tty's times to 8 s
+    assert where.startswith(f"pts/{n} (")
+
+
+def test_no_terminal_is_no_input(tmp_path):
+    assert last_terminal_input(str(tmp_path)) is None
+    assert last_terminal_input(str(tmp_path / "absent")) is None
+
+
+# ---------------------------------------------------------------- KEEP_ALIVE_COMMAND
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("true", (True, None)),
+        ("exit 1", (False, None)),
+        ("pgrep -f no-such-process-of-a-test", (False, None)),  # not found in the shell that runs it
+        ("pgrep -f 'sleep 31.4159'", (True, None)),  # the test's own sleep runs
+        ("no-such-command-of-a-test", (None, "exit 127: ")),
+        ("./not-executable", (None, "exit 126: ")),
+        ("kill -9 $$", (None, "ended by signal SIGKILL")),
+    ],
+)
+def test_the_keep_alive_command_says_busy_not_busy_or_why_it_cannot_say(command, expected, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "not-executable").write_text("true\n")
+    sleeper = subprocess.Popen(["sleep", "31.4159"])
+    try:
+        verdict, why = run_keep_alive(command, timeout=10)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert verdict == expected[0]
+    assert (why or "").startswith(expected[1] or "") and (why is None) == (expected[1] is None), why
+
+
+def test_a_keep_alive_command_past_its_timeout_fails_and_what_it_started_is_ended(tmp_path):
+    pid_file = tmp_path / "pid"
+    started = time.monotonic()
+    verdict, why = run_keep_alive(f"sleep 60 & echo $! > {pid_file}; wait", timeout=1)
+    assert verdict is None and why == "ran past its 1 s timeout" and time.monotonic() - started < 10
+    pid = int(pid_file.read_text())
+    time.sleep(0.2)
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else "gone"
+    assert state in ("gone", "Z"), state  # the background sleep went with its group
+
+
+# ---------------------------------------------------------------- through a tick
+def test_a_tick_names_a_busy_gpu_and_records_every_gpu(tmp_path, swarm):
+    cfg = config(tmp_path, swarm.port, gpu_percent=10, nvidia_smi=fake_nvidia_smi(tmp_path, TWO_GPUS))
+    status, said = tick(cfg)
+    assert status["action"] == "keep" and status["reason"] == "GPU 0 at 87 %" and status["fires_at"] is None, status
+    assert status["gpus"] == [{"index": 0, "utilization": 87.0, "memory_used": 20321.0},
+                              {"index": 1, "utilization": 0.0, "memory_used": 3.0}]  # fmt: skip
+    assert said == ["<6>keep: GPU 0 at 87 %"]
+
+
+def test_a_tick_without_nvidia_smi_says_the_gpus_were_not_read(tmp_path, swarm):
+    cfg = config(tmp_path, swarm.port, gpu_percent=10, nvidia_smi=str(tmp_path / "nvidia-smi"))
+    status, _ = tick(cfg)
+    said = f"GPU not read (no {tmp_path}/nvidia-smi on PATH), idle for"
+    assert status["reason"].startswith("queue empty") and said in status["reason"], status["reason"]
+    assert status["gpus"] is None and status["gpu_error"] == f"no {tmp_path}/nvidia-smi on PATH"
+
+
+def test_a_tick_runs_the_keep_alive_command_and_names_a_broken_one(tmp_path, swarm):
+    flag = tmp_path / "training"
+    flag.touch()
+    cfg = config(tmp_path, swarm.port, keep_alive_command=f"test -e {flag}")
+    assert tick(cfg)[0]["reason"] == "KEEP_ALIVE_COMMAND exits 0"
+    flag.unlink()
+    assert tick(cfg)[0]["reason"].startswith("queue empty")
+    broken = config(tmp_path, swarm.port, keep_alive_command="no-such-command-of-a-test")
+    status, said = tick(broken)
+    assert status["reason"].startswith("KEEP_ALIVE_COMMAND exit 127: ") and "counted as busy" in status["reason"]
+    assert "no-such-command-of-a-test" in said[0]
+
+
+def test_a_tick_holds_the_clock_from_a_key_typed_in_a_terminal(tmp_path, swarm, terminal):
+    master, slave, root, n, _ = terminal
+    cfg = config(tmp_path, swarm.port, shell=True, pts_root=root)
+    first, _ = tick(cfg)
+    assert "typed" not in first["reason"]  # an hour untouched
+    time.sleep(1.1)  # a tty's times are whole seconds: a key in the same second is no later than the clock
+    os.write(master, b"x\n")
+    os.read(slave, 10)
+    second, _ = tick(cfg)
+    assert f"typed in pts/{n} (" in second["reason"], second["reason"]
+    assert second["memory"]["idle_since"] > first["memory"]["idle_since"] - 8
+
+
+def test_the_config_reads_the_switches_as_the_role_writes_them(tmp_path):
+    path = tmp_path / "c.json"
+    base = {"server_id": "s", "auth_url": "http://127.0.0.1:1/v3", "credential_id": None, "credential_secret": None}
+    path.write_text(json.dumps(base | {"gpu_percent": "off", "shell": "False", "keep_alive_command": None}))
+    cfg = idle_killer.Config.load(path)
+    assert cfg.gpu_percent is None and cfg.shell is False and cfg.keep_alive_command == ""
+    assert cfg.limits().gpu_percent is None
+    path.write_text(json.dumps(base | {"gpu_percent": "25", "shell": True, "keep_alive_command": "true"}))
+    cfg = idle_killer.Config.load(path)
+    assert cfg.gpu_percent == 25.0 and cfg.shell is True and cfg.limits().gpu_percent == 25.0
+    path.write_text(json.dumps(base))
+    defaults = idle_killer.Config.load(path)
+    assert defaults.gpu_percent == 10.0 and defaults.shell is True and defaults.keep_alive_command == ""
