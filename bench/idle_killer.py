@@ -50,6 +50,11 @@ def cpu_seconds(address: str, command: str) -> float:
     return float(result.stdout) / RUNS
 
 
+def hold(address: str, seconds: int) -> None:
+    if ssh(address, f"echo $(( $(date +%s) + {seconds} )) > {HOLD}").returncode:
+        sys.exit("writing the hold failed")
+
+
 def arm(address: str, data_id: str, workdir: Path, extra: dict, playbook: str = "bootstrap.yml") -> None:
     result = run_playbook(playbook, (address, data_id), workdir, **extra)
     if result.returncode != 0:
@@ -87,11 +92,11 @@ def bench(cloud: Cloud, tick: int) -> None:
                   f"{'' if share <= 0.5 else '  - over the goal'}", flush=True)  # fmt: skip
             report("cpu-share", share, "<= 0.5", f"percent of one core at a {REAL_TICK} s tick")
 
-            # a hold for a moment restarts the clock: the deadline is one this arming sets, not the
-            # first arming's clock, which the shorter idle time would have passed already
-            if ssh(address, f"echo $(( $(date +%s) + {tick} )) > {HOLD}").returncode:
-                sys.exit("writing the hold failed")
+            # a hold over the re-arming restarts the clock when it ends: the deadline is one this
+            # arming sets, not the first arming's clock, which the shorter idle time has passed
+            hold(address, 600)
             arm(address, data_id, workdir, extra | {"idle_killer_idle_seconds": 2 * tick}, "idle_killer.yml")
+            hold(address, 1)
             armed = time.time()
             deadline = acted = None
             while conn.compute.find_server(server_id, ignore_missing=True) is not None:

@@ -94,6 +94,11 @@ KEYS: dict[str, Key] = {
     "KEEP_ALIVE_COMMAND": Key(
         "a shell command", None, "run on the VM each minute; the VM stays while it exits 0 (empty: none)"
     ),
+    "BILLING_HOUR": Key(
+        "off, clock or rental",
+        "off",
+        "an idle VM lives on to 3 min before the end of an hour already billed (clock: Selectel's clock hours)",
+    ),
     "LOCAL_PORT": Key("a TCP port, 1..65535", 17801, "SwarmUI on this machine: http://127.0.0.1:LOCAL_PORT"),
     "REMOTE_PORT": Key("a TCP port, 1..65535", 7801, "SwarmUI's port on the VM (reached only through SSH)"),
     "PULL_OUTPUT": Key("true/false, yes/no, on/off or 1/0", True, "copy generated images here before stopping"),
@@ -238,6 +243,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "IDLE_GPU_PERCENT": _off_or(_whole(0, 100)),
     "IDLE_SHELL": _bool,
     "KEEP_ALIVE_COMMAND": _text,
+    "BILLING_HOUR": _matching(r"off|clock|rental", "is none of off, clock, rental"),
     "LOCAL_PORT": _whole(1, 65535),
     "REMOTE_PORT": _whole(1, 65535),
     "PULL_OUTPUT": _bool,
@@ -542,6 +548,7 @@ class Settings:
     idle_gpu_percent: int | None
     idle_shell: bool
     keep_alive_command: str | None
+    billing_hour: str
     local_port: int
     remote_port: int
     pull_output: bool

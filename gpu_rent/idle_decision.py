@@ -26,7 +26,9 @@ The rules, in order (SPEC §7, with the order of work and trouble fixed by issue
 6. then the clock runs, and the VM goes when it has run IDLE_MINUTES. It never
    runs from before the last key typed in a terminal (a person in an SSH shell):
    a shell keeps the VM IDLE_MINUTES after its last input, and a terminal left
-   open and untouched does not keep it at all.
+   open and untouched does not keep it at all. With BILLING_HOUR on, a deadline
+   that falls inside an hour already billed moves to a margin before that hour
+   ends: the hour is paid whether the VM lives or not; work in it resets the clock.
 
 The GPU is read once a tick (nvidia-smi's utilization.gpu is itself the share of
 its last sample period, 1/6 s to 1 s, that a kernel ran): the VM goes only after
@@ -46,6 +48,7 @@ from dataclasses import dataclass, replace
 
 KEEP = "keep"
 DELETE = "delete"
+HOUR = 3600.0
 # GetGlobalStatus counters (swarmui-api research): work waiting or running in SwarmUI.
 BUSY_COUNTERS = ("waiting_gens", "live_gens", "waiting_backends", "loading_models")
 # gpu-rent's own backends: ComfyUI self-started from this script (roles/swarmui writes it so in
@@ -60,6 +63,9 @@ class Limits:
     grace_seconds: float  # IDLE_GRACE_MINUTES: after a boot or an unshelve, never idle
     cap_seconds: float  # how long an unreachable or not-ready SwarmUI may count as busy
     gpu_percent: float | None = None  # IDLE_GPU_PERCENT: a GPU busier than this is work; None: GPUs not looked at
+    billing_hour: str = "off"  # BILLING_HOUR: off, clock or rental - how the cloud bills the hour begun
+    billing_margin_seconds: float = 180  # a paid hour is used up to this long before it ends
+    rental_started_at: float | None = None  # the server's creation, where hours count from it (rental)
 
 
 @dataclass(frozen=True)
@@ -157,10 +163,27 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         idle_since = typed[0]
         reason = f"{reason}, typed in {typed[1]} {_minutes(now - typed[0])} ago"
     memory = replace(memory, idle_since=idle_since)
-    fires_at = idle_since + limits.idle_seconds
+    reason = f"{reason}, idle for {_minutes(now - idle_since)}"
+    deadline = idle_since + limits.idle_seconds
+    fires_at, paid_until = deadline, paid_hour_end(deadline, limits)
+    if paid_until is not None:  # the hour the deadline falls in is paid anyway: use it, up to the margin
+        fires_at = max(deadline, paid_until - limits.billing_margin_seconds)
+        reason = f"{reason}; the hour is paid for {_minutes(paid_until - now)} more"
     if now >= fires_at:
-        return Decision(DELETE, f"{reason}, idle for {_minutes(now - idle_since)}: deleting this server", memory)
-    return Decision(KEEP, f"{reason}, idle for {_minutes(now - idle_since)}", memory, fires_at)
+        return Decision(DELETE, f"{reason}: deleting this server", memory)
+    return Decision(KEEP, reason, memory, fires_at)
+
+
+def paid_hour_end(moment: float, limits: Limits) -> float | None:
+    """When the billed hour that moment falls in ends; None with BILLING_HOUR=off. clock: the clock's
+    hours (Selectel counts each hour's peak use, whole hours of UTC and so of Moscow time); rental:
+    whole hours from the server's creation. A moment on the boundary has begun the next hour."""
+    if limits.billing_hour == "clock":
+        return (moment // HOUR + 1) * HOUR
+    if limits.billing_hour == "rental" and limits.rental_started_at is not None:
+        started = limits.rental_started_at
+        return started + (max(moment - started, 0) // HOUR + 1) * HOUR
+    return None
 
 
 def _trouble(seen: Observation) -> str | None:

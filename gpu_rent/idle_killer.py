@@ -35,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 try:
@@ -136,6 +137,9 @@ class Config:
     pts_root: str = "/dev/pts"
     keep_alive_command: str = ""  # KEEP_ALIVE_COMMAND, run by /bin/sh each tick; empty: none
     keep_alive_timeout: float = 30  # seconds it may run before it counts as failed
+    billing_hour: str = "off"  # BILLING_HOUR: off, clock or rental
+    billing_margin_seconds: float = 180  # a paid hour is used up to this long before it ends
+    rental_started_at: float | None = None  # the server's creation (unix time), for BILLING_HOUR=rental
 
     @classmethod
     def load(cls, path: Path) -> Config:
@@ -154,6 +158,11 @@ class Config:
         if "shell" in known:
             known["shell"] = str(known["shell"]).lower() in ("true", "1", "yes", "on")
         known["keep_alive_command"] = str(known.get("keep_alive_command") or "")
+        if "billing_margin_seconds" in known:
+            known["billing_margin_seconds"] = float(known["billing_margin_seconds"])
+        if known.get("billing_hour") not in (None, "off", "clock", "rental"):
+            raise ValueError(f"billing_hour {known['billing_hour']!r} is none of off, clock, rental")
+        known["rental_started_at"] = _unix_time(known.get("rental_started_at"))
         known.setdefault("armed_at", path.stat().st_mtime)
         return cls(**known)
 
@@ -163,7 +172,26 @@ class Config:
             grace_seconds=self.grace_seconds,
             cap_seconds=self.cap_seconds,
             gpu_percent=self.gpu_percent,
+            billing_hour=self.billing_hour or "off",
+            billing_margin_seconds=self.billing_margin_seconds,
+            rental_started_at=self.rental_started_at,
         )
+
+
+def _unix_time(value: object) -> float | None:
+    """A unix time, or Nova's ISO 8601 ("2026-12-02T14:05:09Z"); None when empty."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value))  # a unix time handed over as text (-e on the command line)
+    except ValueError:
+        pass
+    text = str(value).replace("Z", "+00:00")
+    parsed = datetime.fromisoformat(text)
+    # timezone.utc, not datetime.UTC (3.11+): the VM's python3 may be Ubuntu 22.04's 3.10
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()  # noqa: UP017
 
 
 class CredentialRefused(Exception):

@@ -438,7 +438,12 @@ def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, 
 def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_and_the_vm_deletes_itself(vm):
     cloud, server, address = vm.cloud, vm.server, vm.address
     volumes = {v["id"] for v in server.attached_volumes}
-    rearm(vm, idle_killer_grace_seconds=15, idle_killer_idle_seconds=4, idle_killer_cap_seconds=6)
+    # BILLING_HOUR=rental with a clock the test sets: the server "made" so that its paid hour ends
+    # 90 s from now; the idle deadline (grace, cap and idle time) falls ~50 s from now, inside it
+    paid_until, margin = time.time() + 90, 20
+    rearm(vm, idle_killer_grace_seconds=15, idle_killer_idle_seconds=4, idle_killer_cap_seconds=6,
+          idle_killer_billing_hour="rental", idle_killer_rental_started_at=str(paid_until - 3600),
+          idle_killer_billing_margin_seconds=margin)  # fmt: skip
     assert next_reason(address)["reason"].startswith("grace after boot")
     assert ssh(address, "systemctl stop swarmui").returncode == 0
     seen = wait_until(
@@ -447,8 +452,18 @@ def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_a
         30,
     )
     assert "counted as busy" in seen["reason"]
+
+    def past_deadline() -> dict | None:  # idle for longer than idle_seconds (4), and still here
+        s = next_reason(address)
+        idle_since = s["memory"]["idle_since"]
+        return s if idle_since is not None and s["tick_at"] > idle_since + 4 else None
+
+    paid = wait_until("the idle deadline passed inside the paid hour", past_deadline, 60)
+    assert "the hour is paid for" in paid["reason"], paid
+    assert paid["action"] == "keep" and paid["fires_at"] == pytest.approx(paid_until - margin, abs=1), paid
     said = journal(address)
     wait_until("the server deleted by its idle-killer", lambda: cloud.conn.compute.find_server(server.id) is None, 90)
+    assert time.time() >= paid_until - margin  # not before the margin: the hour was paid anyway
     assert "grace after boot" in said and "SwarmUI not answering" in said
     # and then its floating IP, which bills by the hour with or without a server
     assert cloud.conn.network.find_ip(vm.floating_ip_id) is None

@@ -416,3 +416,59 @@ def test_swarmui_trouble_and_a_broken_keep_alive_command_are_both_named():
     decision = decide(seen(status=None, error="refused", keep_alive_error="ran past its 30 s timeout"), ALL_ON,
                       Memory())  # fmt: skip
     assert decision.reason.startswith("SwarmUI not answering (refused); KEEP_ALIVE_COMMAND ran past its 30 s timeout")
+
+
+# ------------------------------------------------- issue 14: the hour already paid
+CLOCK = replace(LIMITS, billing_hour="clock", billing_margin_seconds=3 * MIN)
+TOP = 1_800_000.0  # a whole hour of the clock (1_800_000 / 3600 = 500)
+
+
+def test_clock_billing_keeps_an_idle_vm_to_the_margin_before_the_paid_hour_ends():
+    # idle since 13:35: the deadline 14:05 falls in the hour 14:00-15:00, billed whole anyway
+    went_idle = TOP - 25 * MIN
+    ticks = [seen(went_idle), seen(TOP + 5 * MIN), seen(TOP + 56 * MIN), seen(TOP + 57 * MIN)]
+    decisions, memory = [], Memory()
+    for tick in ticks:
+        decisions.append(decision := decide(tick, CLOCK, memory))
+        memory = decision.memory
+    first, at_deadline, before_margin, at_margin = decisions
+    assert first.fires_at == TOP + 57 * MIN and first.reason.endswith("the hour is paid for 85 min more")
+    assert at_deadline.action == KEEP and at_deadline.reason == (
+        "queue empty, idle for 30 min; the hour is paid for 55 min more"
+    )
+    assert before_margin.action == KEEP and at_margin.action == DELETE
+    assert at_margin.reason == "queue empty, idle for 82 min; the hour is paid for 3 min more: deleting this server"
+
+
+def test_a_deadline_inside_the_margin_deletes_at_the_deadline():
+    went_idle = TOP + 28 * MIN  # deadline 14:58, past 14:57
+    first, at_deadline = [decide(seen(t), CLOCK, Memory(idle_since=went_idle)) for t in (went_idle, TOP + 58 * MIN)]
+    assert first.fires_at == TOP + 58 * MIN and at_deadline.action == DELETE
+
+
+def test_a_deadline_on_the_hour_has_begun_the_next_hour():
+    went_idle = TOP - 30 * MIN  # deadline exactly 14:00: the hour 14:00-15:00 is billed from its first second
+    assert decide(seen(TOP), CLOCK, Memory(idle_since=went_idle)).fires_at == TOP + 57 * MIN
+
+
+def test_work_in_the_paid_hour_resets_the_clock_as_ever():
+    went_idle = TOP - 25 * MIN
+    memory = decide(seen(TOP + 10 * MIN), CLOCK, Memory(idle_since=went_idle)).memory
+    busy = decide(seen(TOP + 20 * MIN, comfy_queue=1), CLOCK, memory)
+    after = decide(seen(TOP + 21 * MIN), CLOCK, busy.memory)
+    assert busy.action == KEEP and after.fires_at == TOP + 57 * MIN  # idle from 14:21: 14:51, in the paid hour
+
+
+def test_rental_billing_counts_whole_hours_from_the_servers_creation():
+    made = TOP + 20 * MIN  # hours end at :20
+    rental = replace(CLOCK, billing_hour="rental", rental_started_at=made)
+    decision = decide(seen(TOP + 50 * MIN), rental, Memory(idle_since=TOP + 40 * MIN))  # deadline 15:10
+    assert decision.fires_at == made + 60 * MIN - 3 * MIN  # the hour 14:20-15:20, less the margin
+    assert replace(rental, rental_started_at=None).billing_hour == "rental"
+    unknown = decide(seen(TOP + 50 * MIN), replace(rental, rental_started_at=None), Memory(idle_since=TOP + 40 * MIN))
+    assert unknown.fires_at == TOP + 70 * MIN and "paid" not in unknown.reason  # no creation known: off
+
+
+def test_billing_off_is_the_plain_deadline():
+    decision = decide(seen(TOP + 10 * MIN), LIMITS, Memory(idle_since=TOP + 5 * MIN))
+    assert decision.fires_at == TOP + 35 * MIN and "paid" not in decision.reason

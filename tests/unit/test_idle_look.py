@@ -217,3 +217,20 @@ def test_the_config_reads_the_switches_as_the_role_writes_them(tmp_path):
     path.write_text(json.dumps(base))
     defaults = idle_killer.Config.load(path)
     assert defaults.gpu_percent == 10.0 and defaults.shell is True and defaults.keep_alive_command == ""
+
+
+def test_the_config_reads_billing_as_the_role_writes_it(tmp_path):
+    path = tmp_path / "c.json"
+    base = {"server_id": "s", "auth_url": "http://127.0.0.1:1/v3", "credential_id": None, "credential_secret": None}
+    path.write_text(json.dumps(base | {"billing_hour": "rental", "billing_margin_seconds": "180.0",
+                                       "rental_started_at": "2026-12-02T14:05:09Z"}))  # fmt: skip
+    limits = idle_killer.Config.load(path).limits()
+    assert limits.billing_hour == "rental" and limits.billing_margin_seconds == 180.0
+    assert limits.rental_started_at == 1796220309.0  # Nova's created, UTC
+    path.write_text(json.dumps(base | {"billing_hour": "rental", "rental_started_at": "1796220309.5"}))
+    assert idle_killer.Config.load(path).rental_started_at == 1796220309.5  # as text, from -e
+    path.write_text(json.dumps(base | {"billing_hour": "hourly"}))
+    with pytest.raises(ValueError, match="billing_hour 'hourly' is none of off, clock, rental"):
+        idle_killer.Config.load(path)
+    path.write_text(json.dumps(base | {"rental_started_at": None}))
+    assert idle_killer.Config.load(path).limits().billing_hour == "off"
