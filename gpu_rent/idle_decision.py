@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 KEEP = "keep"
 DELETE = "delete"
 HOUR = 3600.0
+FUTURE_SLACK = 5.0  # seconds a key's time may lie ahead of this clock (the tty keeps whole seconds)
 # GetGlobalStatus counters (swarmui-api research): work waiting or running in SwarmUI.
 BUSY_COUNTERS = ("waiting_gens", "live_gens", "waiting_backends", "loading_models")
 # gpu-rent's own backends: ComfyUI self-started from this script (roles/swarmui writes it so in
@@ -90,6 +91,7 @@ class Observation:
     # each GPU's (index, utilisation %, memory used MiB) as nvidia-smi tells them (None: [N/A]); None: not read
     gpus: tuple[tuple[int, float | None, float | None], ...] | None = None
     gpu_error: str | None = None  # why the GPUs were not read ("no nvidia-smi on PATH", the driver's words)
+    gpu_absent: bool = False  # no nvidia-smi at all: nothing to read, not a GPU that cannot be read
     # the newest key typed in a terminal on the VM: (unix time, "pts/0 (root)"); None: no terminal open
     shell_input: tuple[float, str] | None = None
     keep_alive: bool | None = None  # KEEP_ALIVE_COMMAND: True exited 0, False another code, None not set
@@ -134,7 +136,7 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         more = f" and {len(seen.downloads) - 1} more" if len(seen.downloads) > 1 else ""
         return keep(f"download of {seen.downloads[0]}{more}")
 
-    trouble = _trouble(seen)
+    trouble = _trouble(seen, limits)
     work = _work(seen, limits)
     if work:  # work seen is work done: whatever is wrong besides, the cap counts from when it ends
         return keep(f"{work}; {trouble}" if trouble else work, troubled_since=None)
@@ -165,7 +167,8 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
     memory = replace(memory, idle_since=idle_since)
     reason = f"{reason}, idle for {_minutes(now - idle_since)}"
     deadline = idle_since + limits.idle_seconds
-    fires_at, paid_until = deadline, paid_hour_end(deadline, limits)
+    # a tick late past the deadline (a slow tick, a suspended VM) may find the next hour begun: paid too
+    fires_at, paid_until = deadline, paid_hour_end(max(deadline, now), limits)
     if paid_until is not None:  # the hour the deadline falls in is paid anyway: use it, up to the margin
         fires_at = max(deadline, paid_until - limits.billing_margin_seconds)
         reason = f"{reason}; the hour is paid for {_minutes(paid_until - now)} more"
@@ -186,9 +189,11 @@ def paid_hour_end(moment: float, limits: Limits) -> float | None:
     return None
 
 
-def _trouble(seen: Observation) -> str | None:
+def _trouble(seen: Observation, limits: Limits) -> str | None:
     """What keeps the killer from seeing the VM's work, in words; None when nothing does."""
     found = [_swarm_trouble(seen)]
+    if _gpu_unreadable(seen, limits):  # a driver and library of two versions: a job may still run
+        found.append(f"GPU not read ({_line(seen.gpu_error or 'no reading')})")
     if seen.keep_alive_error:
         found.append(f"KEEP_ALIVE_COMMAND {_line(seen.keep_alive_error)}")
     return "; ".join(t for t in found if t) or None
@@ -244,20 +249,27 @@ def _work(seen: Observation, limits: Limits) -> str | None:
 
 def _quiet_gpu(seen: Observation, limits: Limits) -> str | None:
     """What an idle tick knows of the GPUs: 'no GPU work', or why they were not read."""
-    if limits.gpu_percent is None:
+    if limits.gpu_percent is None or _gpu_unreadable(seen, limits):  # trouble says it
         return None
-    if seen.gpus is None:
+    if seen.gpus is None:  # no nvidia-smi: a VM without NVIDIA's driver
         return f"GPU not read ({_line(seen.gpu_error or 'no reading')})"
     if not seen.gpus:
         return "no GPU found"
     return "no GPU work"
 
 
+def _gpu_unreadable(seen: Observation, limits: Limits) -> bool:
+    return limits.gpu_percent is not None and seen.gpus is None and not seen.gpu_absent
+
+
 def _typed(seen: Observation) -> tuple[float, str] | None:
-    """The newest key typed in a terminal, no later than now (a clock ahead must not hold the VM)."""
+    """The newest key typed in a terminal; None for a key from the future (a clock stepped back, a
+    `touch`): it would restart the clock at every tick and hold the VM for as long as it lies ahead."""
     if seen.shell_input is None:
         return None
     at, where = seen.shell_input
+    if at > seen.now + FUTURE_SLACK:
+        return None
     return min(at, seen.now), where
 
 

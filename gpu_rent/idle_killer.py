@@ -152,9 +152,9 @@ class Config:
                     "keep_alive_timeout"):  # fmt: skip
             if key in known:
                 known[key] = float(known[key])
-        if "gpu_percent" in known:  # off, empty or null: GPUs not looked at
+        if "gpu_percent" in known:  # off (YAML reads it as false), empty or null: GPUs not looked at
             raw = known["gpu_percent"]
-            known["gpu_percent"] = None if raw in (None, "", "off", "None") else float(raw)
+            known["gpu_percent"] = None if raw is False or raw in (None, "", "off", "False", "None") else float(raw)
         if "shell" in known:
             known["shell"] = str(known["shell"]).lower() in ("true", "1", "yes", "on")
         known["keep_alive_command"] = str(known.get("keep_alive_command") or "")
@@ -162,7 +162,12 @@ class Config:
             known["billing_margin_seconds"] = float(known["billing_margin_seconds"])
         if known.get("billing_hour") not in (None, "off", "clock", "rental"):
             raise ValueError(f"billing_hour {known['billing_hour']!r} is none of off, clock, rental")
-        known["rental_started_at"] = _unix_time(known.get("rental_started_at"))
+        # read only where it counts, and never fatal: a killer that cannot load its config deletes nothing
+        rental = known.get("billing_hour") == "rental"
+        with contextlib.suppress(ValueError):
+            known["rental_started_at"] = _unix_time(known.get("rental_started_at")) if rental else None
+        if not isinstance(known.get("rental_started_at"), (float, type(None))):
+            known["rental_started_at"] = None
         known.setdefault("armed_at", path.stat().st_mtime)
         return cls(**known)
 
@@ -286,7 +291,7 @@ def delete_floating_ip(cfg: Config, login: tuple[str, list] | None = None) -> st
         raise Unreachable(f"Neutron at {url}: {why(e)}") from None
 
 
-def with_retries(action, tries: int = 3):
+def with_retries(action, tries: int = 3, pause: float = RETRY_PAUSE):
     """Transient failures are tried again a few times within the tick; the next tick tries anew."""
     for attempt in range(tries):
         try:
@@ -294,7 +299,7 @@ def with_retries(action, tries: int = 3):
         except Unreachable:
             if attempt == tries - 1:
                 raise
-            time.sleep(RETRY_PAUSE * (attempt + 1))
+            time.sleep(pause * (attempt + 1))
     raise AssertionError("unreachable")
 
 
@@ -364,8 +369,8 @@ def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLo
         data_volume=data_volume_problem(cfg.data_mount, cfg.data_marker),
     )
     if cfg.gpu_percent is not None:
-        gpus, gpu_error = read_gpus(cfg.nvidia_smi)
-        seen = replace(seen, gpus=gpus, gpu_error=gpu_error)
+        gpu = read_gpus(cfg.nvidia_smi)
+        seen = replace(seen, gpus=gpu.gpus, gpu_error=gpu.error, gpu_absent=gpu.absent)
     if cfg.shell:
         seen = replace(seen, shell_input=last_terminal_input(cfg.pts_root))
     if cfg.keep_alive_command:
@@ -442,13 +447,11 @@ def _delete(cfg: Config, credential: dict, now: float, say) -> dict:
         return {"acted": f"delete failed, tried again next tick: {e}"}
     credential.update(state="ok", checked_at=now, message=None)
     acted = {"acted": done, "deleted_at": time.time()}  # when Nova took the DELETE
-    if cfg.floating_ip_id:
+    if cfg.floating_ip_id:  # the guest is going: one quick second try, no next tick to count on
         try:
-            acted["floating_ip"] = with_retries(lambda: delete_floating_ip(cfg, login))
-        except CredentialRefused as e:
-            acted["floating_ip"] = f"floating IP NOT deleted, it still bills: {e}"
-        except Unreachable as e:
-            acted["floating_ip"] = f"floating IP NOT deleted, tried again next tick: {e}"
+            acted["floating_ip"] = with_retries(lambda: delete_floating_ip(cfg, login), tries=2, pause=0.5)
+        except (CredentialRefused, Unreachable) as e:
+            acted["floating_ip"] = f"floating IP NOT deleted, it bills until `gpu-rent stop`: {e}"
         acted["acted"] = f"{done}; {acted['floating_ip']}"
     return acted
 

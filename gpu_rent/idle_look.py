@@ -15,10 +15,12 @@ import os
 import pwd
 import signal
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 try:
     from gpu_rent.idle_decision import OUR_START_SCRIPT, our_backends
@@ -254,25 +256,53 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")[:160]
 
 
-def read_gpus(nvidia_smi: str) -> tuple[tuple[tuple[int, float | None, float | None], ...] | None, str | None]:
-    """Every GPU's reading, or why there is none (no nvidia-smi, no driver, no permission)."""
+class GpuReading(NamedTuple):
+    gpus: tuple[tuple[int, float | None, float | None], ...] | None  # None: not read
+    error: str | None = None  # why not
+    absent: bool = False  # no nvidia-smi at all: a VM without NVIDIA's driver, not a broken one
+
+
+def read_gpus(nvidia_smi: str) -> GpuReading:
+    """Every GPU's reading, or why there is none (no nvidia-smi, no driver, no permission, a driver
+    and library of two versions after an upgrade, a GPU fallen off the bus)."""
     try:
-        done = subprocess.run(
-            [nvidia_smi, *GPU_QUERY], capture_output=True, text=True, timeout=GPU_TIMEOUT, stdin=subprocess.DEVNULL
-        )
+        code, out, err = run_bounded([nvidia_smi, *GPU_QUERY], GPU_TIMEOUT)
     except FileNotFoundError:
-        return None, f"no {nvidia_smi} on PATH"
-    except subprocess.TimeoutExpired:
-        return None, f"{nvidia_smi} did not answer in {GPU_TIMEOUT} s"
+        return GpuReading(None, f"no {nvidia_smi} on PATH", absent=True)
     except OSError as e:
-        return None, f"{nvidia_smi}: {e.strerror or e}"
-    if done.returncode != 0:  # 6: "No devices were found"; 9: "NVIDIA-SMI has failed because ... driver"
-        said = _first_line(done.stdout) or _first_line(done.stderr) or "no output"
-        return None, f"{nvidia_smi} exit {done.returncode}: {said}"
+        return GpuReading(None, f"{nvidia_smi}: {e.strerror or e}")
+    if code is None:
+        return GpuReading(None, f"{nvidia_smi} did not answer in {GPU_TIMEOUT} s")
+    if code != 0:  # 6: "No devices were found"; 9: "NVIDIA-SMI has failed because ... driver"
+        said = _first_line(out) or _first_line(err) or "no output"
+        return GpuReading(None, f"{nvidia_smi} exit {code}: {said}")
     try:
-        return parse_gpus(done.stdout), None
+        return GpuReading(parse_gpus(out))
     except ValueError as e:
-        return None, f"{nvidia_smi} said: {e}"
+        return GpuReading(None, f"{nvidia_smi} said: {e}")
+
+
+def run_bounded(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str, str]:
+    """argv's exit code (None: it ran past timeout), stdout and stderr. In a process group of its own,
+    its output in files, not pipes: what it leaves running in the background cannot hold the tick.
+    Past the timeout the whole group is killed and waited for a moment only (a process stuck in the
+    kernel, nvidia-smi on a GPU fallen off the bus, cannot be ended; the tick goes on without it).
+    FileNotFoundError and OSError when argv cannot start."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, env=env
+        )
+        try:
+            code: int | None = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(2)
+            code = None
+        out.seek(0)
+        err.seek(0)
+        return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
 
 
 def last_terminal_input(pts_root: str = "/dev/pts") -> tuple[float, str] | None:
@@ -303,38 +333,36 @@ def _user(uid: int) -> str:
 def run_keep_alive(command: str, timeout: float) -> tuple[bool | None, str | None]:
     """KEEP_ALIVE_COMMAND's verdict: (True, None) exit 0, (False, None) another exit code; (None, why)
     when it cannot say: the shell could not run it (126 not executable, 127 not found), a signal
-    ended it, or it ran past the timeout (its whole process group is killed then)."""
+    ended it or the command it ran (128+N, e.g. 137 after the OOM killer), or it ran past the timeout
+    (its whole process group is killed then)."""
     if not command:
         return None, None
     try:
         # the command reaches the shell through its environment, not its argv: `pgrep -f train.py`
         # would otherwise find the very shell that runs it, and keep the VM for ever
-        child = subprocess.Popen(
-            ["/bin/sh", "-c", 'eval "$KEEP_ALIVE_COMMAND"'],
-            env={**os.environ, "KEEP_ALIVE_COMMAND": command},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group: a timeout ends what it started too
+        code, _out, err = run_bounded(
+            ["/bin/sh", "-c", 'eval "$KEEP_ALIVE_COMMAND"'], timeout, env={**os.environ, "KEEP_ALIVE_COMMAND": command}
         )
     except OSError as e:
         return None, f"could not start: {e.strerror or e}"
-    try:
-        _out, err = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
+    if code is None:
         return None, f"ran past its {timeout:.0f} s timeout"
-    said = _first_line((err or b"").decode(errors="replace").splitlines()[-1] if err and err.strip() else "")
-    code = child.returncode
+    said = _first_line(err.strip().splitlines()[-1]) if err.strip() else ""
     if code == 0:
         return True, None
     if code in (126, 127):
         return None, f"exit {code}: {said or 'not found or not executable'}"
-    if code < 0:
-        return None, f"ended by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    if code < 0 or 128 < code <= 128 + 64:
+        number = -code if code < 0 else code - 128
+        return None, f"ended by signal {_signal_name(number)}" + (f" (exit {code})" if code > 0 else "")
     return False, None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a real-time signal has no name of its own
+        return str(number)
 
 
 def read_time(path: str) -> float | None:

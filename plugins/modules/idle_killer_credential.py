@@ -58,6 +58,11 @@ def _expiry(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _rule_set(rules: list | None) -> set[tuple]:
+    """Access rules as Keystone may give them back: in any order (it reuses a user's existing rules)."""
+    return {(r.get("service"), r.get("method"), r.get("path")) for r in rules or []}
+
+
 class IdleKillerCredentialModule(OpenStackModule):
     argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
         name=dict(required=True),
@@ -102,7 +107,7 @@ class IdleKillerCredentialModule(OpenStackModule):
         made, warning = self._create(user, name, rules, expires)
         if warning:
             self.warn(warning)
-        elif [{k: r.get(k) for k in ("service", "method", "path")} for r in made.access_rules or []] != rules:
+        elif _rule_set(made.access_rules) != _rule_set(rules):
             # a Keystone that ignores access rules gave a credential that can do what you can
             identity.delete_application_credential(user, made.id)
             self.fail_json(msg=f"Keystone did not keep the access rules (it made {made.access_rules}): not used")
@@ -124,8 +129,8 @@ class IdleKillerCredentialModule(OpenStackModule):
         expires = _expiry(found.expires_at)
         if expires is None or expires - now < timedelta(days=self.params["renew_days"]) or found.unrestricted:
             return False
-        have = [{k: r.get(k) for k in ("service", "method", "path")} for r in found.access_rules or []]
-        return have == rules or (not have and self.params["allow_unrestricted_rules"])
+        have = _rule_set(found.access_rules)
+        return have == _rule_set(rules) or (not have and self.params["allow_unrestricted_rules"])
 
     def _create(self, user, name, rules, expires):
         kwargs = dict(

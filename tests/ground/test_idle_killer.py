@@ -334,17 +334,18 @@ def test_gpu_work_keeps_the_vm_and_memory_in_use_alone_does_not(vm):
     settle(address)
     install = f"cat > {NVIDIA_SMI} && chmod 755 {NVIDIA_SMI}"
     try:
-        for out, code, named in [
-            (TWO_GPUS, 0, "GPU 0 at 87 %"),  # GPU 1 at 0 % beside it
-            ("0, 3, 20321\n", 0, "no GPU work"),  # a model loaded, nothing running
-            (NO_DRIVER, 9, "GPU not read (nvidia-smi exit 9: NVIDIA-SMI has failed"),
+        for out, code, named, kept in [
+            (TWO_GPUS, 0, "GPU 0 at 87 %", True),  # GPU 1 at 0 % beside it
+            ("0, 3, 20321\n", 0, "no GPU work", False),  # a model loaded, nothing running
+            # a GPU that cannot be read may still run a job: trouble, capped
+            (NO_DRIVER, 9, "GPU not read (nvidia-smi exit 9: NVIDIA-SMI has failed", True),
         ]:
             staged = subprocess.run([*ssh_argv(), f"root@{address}", install], input=nvidia_smi_script(out, code),
                                     capture_output=True, text=True, timeout=30)  # fmt: skip
             assert staged.returncode == 0, staged.stderr
-            status = next_reason(address)
-            assert named in status["reason"], status
-            assert (status["fires_at"] is None) == (code == 0 and named.startswith("GPU 0")), status
+            status = wait_until(f"the killer to say {named}", lambda n=named: (s := next_reason(address)) and
+                                n in s["reason"] and s, 30)  # fmt: skip
+            assert (status["fires_at"] is None) == kept, status
             assert named in journal(address)
     finally:
         ssh(address, f"rm -f {NVIDIA_SMI}")

@@ -326,7 +326,8 @@ GPU_IDLE = ((0, 0.0, 21000.0),)  # a model loaded, nothing running
 
 def test_a_busy_gpu_is_work_that_restarts_the_clock_and_each_busy_gpu_is_named():
     hot = ((0, 95.0, 30000.0), (1, 11.0, 500.0))
-    first, busy, after = run_all_on([seen(LATE), seen(LATE + 29 * MIN, gpus=hot), seen(LATE + 30 * MIN)], Memory())
+    ticks = [seen(LATE, gpus=GPU_IDLE), seen(LATE + 29 * MIN, gpus=hot), seen(LATE + 30 * MIN, gpus=GPU_IDLE)]
+    first, busy, after = run_all_on(ticks, Memory())
     assert first.action == KEEP
     assert busy.action == KEEP and busy.reason == "GPU 0 at 95 %, GPU 1 at 11 %" and busy.fires_at is None
     assert after.fires_at == LATE + 60 * MIN  # the clock began again when the GPU went quiet
@@ -355,10 +356,20 @@ def test_a_quiet_gpu_lets_the_clock_run_and_the_reason_says_so(gpus, said):
     assert decisions[1].action == DELETE
 
 
-def test_gpus_not_read_are_named_and_are_no_reason_to_keep_the_vm():
-    decisions = run_all_on([seen(LATE + m * MIN, gpu_error="no nvidia-smi on PATH") for m in (0, 30)], Memory())
+def test_no_nvidia_smi_at_all_is_named_and_is_no_reason_to_keep_the_vm():
+    absent = {"gpu_error": "no nvidia-smi on PATH", "gpu_absent": True}
+    decisions = run_all_on([seen(LATE + m * MIN, **absent) for m in (0, 30)], Memory())
     assert decisions[0].reason == "queue empty, GPU not read (no nvidia-smi on PATH), idle for 0 min"
     assert decisions[1].action == DELETE
+
+
+def test_a_gpu_that_cannot_be_read_is_trouble_capped_a_job_may_still_run_on_it():
+    # unattended-upgrades replaced NVIDIA's libraries under a running driver: nvidia-smi fails, the job runs on
+    broken = {"gpu_error": "nvidia-smi exit 18: Failed to initialize NVML: Driver/library version mismatch"}
+    first, at_cap, end = run_all_on([seen(LATE + m * MIN, **broken) for m in (0, 60, 90)], Memory())
+    said = f"GPU not read ({broken['gpu_error']})"
+    assert first.action == KEEP and first.reason == f"{said}: counted as busy for 60 min more"
+    assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE and end.reason.count("GPU not read") == 1
 
 
 def test_with_the_gpu_signal_off_a_busy_gpu_is_neither_work_nor_named():
@@ -382,10 +393,16 @@ def test_a_terminal_left_open_and_untouched_does_not_keep_the_vm():
     assert "pts" not in decisions[0].reason and decisions[1].action == DELETE
 
 
-def test_a_terminal_clock_ahead_counts_as_now_not_as_the_future():
-    ahead = (LATE + 600 * MIN, "pts/0 (root)")
-    decision = decide(seen(shell_input=ahead), ALL_ON, Memory(idle_since=LATE - 10 * MIN))
-    assert decision.fires_at == LATE + 30 * MIN
+def test_a_key_from_the_future_is_no_key_and_never_holds_the_vm():
+    ahead = (LATE + 600 * MIN, "pts/0 (root)")  # the clock stepped back, or a touch on the pts
+    decisions = run([seen(LATE + m * MIN, shell_input=ahead) for m in range(0, 200, 10)])
+    assert decisions[0].fires_at == LATE + 30 * MIN and "typed" not in decisions[0].reason
+    assert decisions[3].action == DELETE
+
+
+def test_a_key_a_moment_ahead_counts_as_now():
+    decision = decide(seen(shell_input=(LATE + 3, "pts/0 (root)")), LIMITS, Memory(idle_since=LATE - 10 * MIN))
+    assert decision.fires_at == LATE + 30 * MIN and "typed in pts/0 (root) 0 min ago" in decision.reason
 
 
 def test_a_person_typing_holds_the_clock_past_the_trouble_cap_too():
@@ -406,14 +423,14 @@ def test_the_keep_alive_command_exiting_0_is_work_and_another_code_is_not():
 def test_a_keep_alive_command_that_cannot_say_is_trouble_named_and_capped_never_silently_idle():
     broken = {"keep_alive_error": "exit 127: sh: 1: pgrep-typo: not found"}
     ticks = [seen(LATE + m * MIN, **broken) for m in (0, 60, 90)]
-    first, at_cap, end = run_all_on(ticks, Memory())
+    first, at_cap, end = run(ticks)
     said = "KEEP_ALIVE_COMMAND exit 127: sh: 1: pgrep-typo: not found"
     assert first.action == KEEP and first.reason == f"{said}: counted as busy for 60 min more"
     assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE and said in end.reason
 
 
 def test_swarmui_trouble_and_a_broken_keep_alive_command_are_both_named():
-    decision = decide(seen(status=None, error="refused", keep_alive_error="ran past its 30 s timeout"), ALL_ON,
+    decision = decide(seen(status=None, error="refused", keep_alive_error="ran past its 30 s timeout"), LIMITS,
                       Memory())  # fmt: skip
     assert decision.reason.startswith("SwarmUI not answering (refused); KEEP_ALIVE_COMMAND ran past its 30 s timeout")
 
@@ -472,3 +489,9 @@ def test_rental_billing_counts_whole_hours_from_the_servers_creation():
 def test_billing_off_is_the_plain_deadline():
     decision = decide(seen(TOP + 10 * MIN), LIMITS, Memory(idle_since=TOP + 5 * MIN))
     assert decision.fires_at == TOP + 35 * MIN and "paid" not in decision.reason
+
+
+def test_a_tick_late_into_the_next_hour_uses_that_hour_too():
+    went_idle = TOP - 40 * MIN  # deadline 13:50; the tick that sees it comes at 14:02 (a VM suspended a while)
+    late = decide(seen(TOP + 2 * MIN), CLOCK, Memory(idle_since=went_idle))
+    assert late.action == KEEP and late.fires_at == TOP + 57 * MIN  # the hour 14:00-15:00 is billed already

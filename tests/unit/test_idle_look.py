@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import idle_killer
+from gpu_rent import idle_killer, idle_look
 from gpu_rent.idle_look import last_terminal_input, parse_gpus, read_gpus, run_keep_alive
 from tests.unit.test_idle_killer_program import config, tick
 from tests.unit.test_idle_killer_program import swarm as swarm  # a fixture
@@ -76,16 +76,28 @@ def test_parse_gpus_refuses_what_is_not_a_gpu_list(text):
 )
 def test_read_gpus_names_what_nvidia_smi_said(tmp_path, out, code, expected):
     program = fake_nvidia_smi(tmp_path, out, code)
-    gpus, error = read_gpus(program)
-    assert gpus == expected[0]
+    reading = read_gpus(program)
+    assert reading.gpus == expected[0] and reading.absent is False
     if expected[1] is None:
-        assert error is None
+        assert reading.error is None
     else:
-        assert error.startswith(f"{program} {expected[1]}"), error
+        assert reading.error.startswith(f"{program} {expected[1]}"), reading.error
 
 
 def test_read_gpus_without_nvidia_smi_says_so(tmp_path):
-    assert read_gpus(str(tmp_path / "nvidia-smi")) == (None, f"no {tmp_path / 'nvidia-smi'} on PATH")
+    reading = read_gpus(str(tmp_path / "nvidia-smi"))
+    assert reading == (None, f"no {tmp_path / 'nvidia-smi'} on PATH", True)
+
+
+def test_an_nvidia_smi_that_hangs_is_given_up_on_and_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(idle_look, "GPU_TIMEOUT", 1)
+    program = tmp_path / "nvidia-smi"
+    program.write_text("#!/bin/sh\nsleep 60\n")  # as on a GPU fallen off the bus
+    program.chmod(0o755)
+    started = time.monotonic()
+    reading = read_gpus(str(program))
+    assert reading.gpus is None and reading.error == f"{program} did not answer in 1 s" and not reading.absent
+    assert time.monotonic() - started < 5
 
 
 # ---------------------------------------------------------------- a real pseudo-terminal
@@ -134,6 +146,8 @@ def test_no_terminal_is_no_input(tmp_path):
         ("no-such-command-of-a-test", (None, "exit 127: ")),
         ("./not-executable", (None, "exit 126: ")),
         ("kill -9 $$", (None, "ended by signal SIGKILL")),
+        ("sh -c 'kill -9 $$'", (None, "ended by signal SIGKILL (exit 137)")),  # as after the OOM killer
+        ("true; sleep 6 &", (True, None)),  # what it leaves in the background does not hold the verdict
     ],
 )
 def test_the_keep_alive_command_says_busy_not_busy_or_why_it_cannot_say(command, expected, tmp_path, monkeypatch):
@@ -201,7 +215,8 @@ def test_a_tick_holds_the_clock_from_a_key_typed_in_a_terminal(tmp_path, swarm, 
     os.read(slave, 10)
     second, _ = tick(cfg)
     assert f"typed in pts/{n} (" in second["reason"], second["reason"]
-    assert second["memory"]["idle_since"] > first["memory"]["idle_since"] - 8
+    typed_at = last_terminal_input(root)[0]
+    assert second["memory"]["idle_since"] == typed_at > first["memory"]["idle_since"]  # the clock from the key
 
 
 def test_the_config_reads_the_switches_as_the_role_writes_them(tmp_path):
