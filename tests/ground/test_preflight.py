@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import signal
 import time
 
 import pytest
@@ -81,6 +82,10 @@ def up_at_a_terminal(project, answer: bytes) -> tuple[int, str]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command, its stdin a terminal as a user's is
         os.chdir(project)
+        # as a shell starts it: Ctrl+C's SIGINT at its default. A test run started in the background
+        # of a non-interactive shell (`... &`) ignores SIGINT, the exec keeps it ignored, and the
+        # command then never sees the Ctrl+C typed here (the terminal echoes ^C, nothing happens)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execve(str(BIN / "gpu-rent"), ["gpu-rent", "up", "--no-tunnel"], env)
     seen, answered, deadline = b"", False, time.monotonic() + 120
     sent, next_answer = 0, 0.0
