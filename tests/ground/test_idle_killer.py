@@ -218,6 +218,75 @@ def test_work_in_swarmui_keeps_the_vm_and_the_journal_names_it(vm, route, body, 
     assert named in journal(address)
 
 
+# issue 14's signals run before the issue 13 cases below: those leave ComfyUI prompts queued for 16 s,
+# which the credential test and the last one do not mind, and these would wait for
+def test_gpu_work_keeps_the_vm_and_memory_in_use_alone_does_not(vm):
+    address = vm.address
+    settle(address)
+    install = f"cat > {NVIDIA_SMI} && chmod 755 {NVIDIA_SMI}"
+    try:
+        for out, code, named, kept in [
+            (TWO_GPUS, 0, "GPU 0 at 87 %", True),  # GPU 1 at 0 % beside it
+            ("0, 3, 20321\n", 0, "no GPU work", False),  # a model loaded, nothing running
+            # a GPU that cannot be read may still run a job: trouble, capped
+            (NO_DRIVER, 9, "GPU not read (nvidia-smi exit 9: NVIDIA-SMI has failed", True),
+        ]:
+            staged = subprocess.run([*ssh_argv(), f"root@{address}", install], input=nvidia_smi_script(out, code),
+                                    capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert staged.returncode == 0, staged.stderr
+            status = wait_until(f"the killer to say {named}", lambda n=named: (s := next_reason(address)) and
+                                n in s["reason"] and s, 30)  # fmt: skip
+            assert (status["fires_at"] is None) == kept, status
+            assert named in journal(address)
+    finally:
+        ssh(address, f"rm -f {NVIDIA_SMI}")
+    assert "GPU not read (no nvidia-smi on PATH)" in next_reason(address)["reason"]
+
+
+def test_a_key_typed_in_an_ssh_terminal_holds_the_clock_and_an_untouched_one_does_not(vm):
+    address = vm.address
+    before = set(ssh(address, "ls /dev/pts").stdout.split())
+    shell = subprocess.Popen([*ssh_argv(), "-tt", f"root@{address}"], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        opened = wait_until(
+            "the SSH terminal", lambda: set(ssh(address, "ls /dev/pts").stdout.split()) - before - {"ptmx"}, 30
+        )
+        assert len(opened) == 1, opened
+        pts = f"pts/{opened.pop()}"
+        # left open and untouched for longer than IDLE_MINUTES (900 s here): no reason to keep the VM
+        assert ssh(address, f"touch -a -d @$(( $(date +%s) - 1000 )) /dev/{pts}").returncode == 0
+        untouched = next_reason(address)
+        assert "typed" not in untouched["reason"] and untouched["fires_at"] <= time.time() + 900, untouched
+        time.sleep(1.1)  # a tty's times are whole seconds: the key must fall after the tick's clock
+        shell.stdin.write(b"true\n")  # a person types; the shell reads it
+        shell.stdin.flush()
+        typed = wait_until(
+            "the key seen", lambda: (s := next_reason(address)) and f"typed in {pts} (root)" in s["reason"] and s, 30
+        )
+        assert typed["action"] == "keep" and typed["fires_at"] > untouched["fires_at"], (untouched, typed)
+        assert f"typed in {pts} (root)" in journal(address)
+    finally:
+        shell.kill()
+        shell.wait()
+
+
+def test_keep_alive_command_exiting_0_keeps_the_vm_and_a_broken_one_is_named(vm):
+    address = vm.address
+    try:
+        keep_alive(address, "exit 0")
+        busy = next_reason(address)
+        assert busy["reason"] == "KEEP_ALIVE_COMMAND exits 0" and busy["fires_at"] is None, busy
+        keep_alive(address, None)  # gone: the shell cannot run it (exit 127)
+        broken = next_reason(address)
+        assert broken["reason"].startswith("KEEP_ALIVE_COMMAND exit 127: "), broken
+        assert "counted as busy" in broken["reason"] and KEEP_ALIVE in broken["reason"], broken
+        assert "KEEP_ALIVE_COMMAND exit 127" in journal(address)
+    finally:
+        keep_alive(address, "exit 1")
+    assert next_reason(address)["reason"].startswith("queue empty")
+
+
 SWARMUI = "/opt/swarmui"
 # A user's backend that cannot answer (an offline remote ComfyUI): the role keeps it, and SwarmUI's
 # aggregate then says errored (BackendHandler.CurrentBackendStatus: ANY errored, before running).
@@ -327,73 +396,6 @@ def test_a_comfyui_restarted_three_times_still_has_its_queue_seen(vm):
         "the queue seen", lambda: (s := next_reason(address)) and "ComfyUI queue" in s["reason"] and s, 30
     )
     assert seen["reason"].startswith("2 in the ComfyUI queue") and seen["comfyui"] == [{"port": port, "queue": 2}], seen
-
-
-def test_gpu_work_keeps_the_vm_and_memory_in_use_alone_does_not(vm):
-    address = vm.address
-    settle(address)
-    install = f"cat > {NVIDIA_SMI} && chmod 755 {NVIDIA_SMI}"
-    try:
-        for out, code, named, kept in [
-            (TWO_GPUS, 0, "GPU 0 at 87 %", True),  # GPU 1 at 0 % beside it
-            ("0, 3, 20321\n", 0, "no GPU work", False),  # a model loaded, nothing running
-            # a GPU that cannot be read may still run a job: trouble, capped
-            (NO_DRIVER, 9, "GPU not read (nvidia-smi exit 9: NVIDIA-SMI has failed", True),
-        ]:
-            staged = subprocess.run([*ssh_argv(), f"root@{address}", install], input=nvidia_smi_script(out, code),
-                                    capture_output=True, text=True, timeout=30)  # fmt: skip
-            assert staged.returncode == 0, staged.stderr
-            status = wait_until(f"the killer to say {named}", lambda n=named: (s := next_reason(address)) and
-                                n in s["reason"] and s, 30)  # fmt: skip
-            assert (status["fires_at"] is None) == kept, status
-            assert named in journal(address)
-    finally:
-        ssh(address, f"rm -f {NVIDIA_SMI}")
-    assert "GPU not read (no nvidia-smi on PATH)" in next_reason(address)["reason"]
-
-
-def test_a_key_typed_in_an_ssh_terminal_holds_the_clock_and_an_untouched_one_does_not(vm):
-    address = vm.address
-    before = set(ssh(address, "ls /dev/pts").stdout.split())
-    shell = subprocess.Popen([*ssh_argv(), "-tt", f"root@{address}"], stdin=subprocess.PIPE,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        opened = wait_until(
-            "the SSH terminal", lambda: set(ssh(address, "ls /dev/pts").stdout.split()) - before - {"ptmx"}, 30
-        )
-        assert len(opened) == 1, opened
-        pts = f"pts/{opened.pop()}"
-        # left open and untouched for longer than IDLE_MINUTES (900 s here): no reason to keep the VM
-        assert ssh(address, f"touch -a -d @$(( $(date +%s) - 1000 )) /dev/{pts}").returncode == 0
-        untouched = next_reason(address)
-        assert "typed" not in untouched["reason"] and untouched["fires_at"] <= time.time() + 900, untouched
-        time.sleep(1.1)  # a tty's times are whole seconds: the key must fall after the tick's clock
-        shell.stdin.write(b"true\n")  # a person types; the shell reads it
-        shell.stdin.flush()
-        typed = wait_until(
-            "the key seen", lambda: (s := next_reason(address)) and f"typed in {pts} (root)" in s["reason"] and s, 30
-        )
-        assert typed["action"] == "keep" and typed["fires_at"] > untouched["fires_at"], (untouched, typed)
-        assert f"typed in {pts} (root)" in journal(address)
-    finally:
-        shell.kill()
-        shell.wait()
-
-
-def test_keep_alive_command_exiting_0_keeps_the_vm_and_a_broken_one_is_named(vm):
-    address = vm.address
-    try:
-        keep_alive(address, "exit 0")
-        busy = next_reason(address)
-        assert busy["reason"] == "KEEP_ALIVE_COMMAND exits 0" and busy["fires_at"] is None, busy
-        keep_alive(address, None)  # gone: the shell cannot run it (exit 127)
-        broken = next_reason(address)
-        assert broken["reason"].startswith("KEEP_ALIVE_COMMAND exit 127: "), broken
-        assert "counted as busy" in broken["reason"] and KEEP_ALIVE in broken["reason"], broken
-        assert "KEEP_ALIVE_COMMAND exit 127" in journal(address)
-    finally:
-        keep_alive(address, "exit 1")
-    assert next_reason(address)["reason"].startswith("queue empty")
 
 
 def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, member_conn, admin_conn, net):
