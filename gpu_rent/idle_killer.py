@@ -163,10 +163,10 @@ class Config:
         if known.get("billing_hour") not in (None, "off", "clock", "rental"):
             raise ValueError(f"billing_hour {known['billing_hour']!r} is none of off, clock, rental")
         # read only where it counts, and never fatal: a killer that cannot load its config deletes nothing
-        rental = known.get("billing_hour") == "rental"
-        with contextlib.suppress(ValueError):
+        try:
+            rental = known.get("billing_hour") == "rental"
             known["rental_started_at"] = _unix_time(known.get("rental_started_at")) if rental else None
-        if not isinstance(known.get("rental_started_at"), (float, type(None))):
+        except ValueError:
             known["rental_started_at"] = None
         known.setdefault("armed_at", path.stat().st_mtime)
         return cls(**known)

@@ -34,11 +34,11 @@ def seen(now: float = LATE, **kw) -> Observation:
     return Observation(now=now, booted_at=BOOT, **({"status": running()} | kw))
 
 
-def run(ticks: list[Observation], memory: Memory | None = None) -> list[Decision]:
+def run(ticks: list[Observation], memory: Memory | None = None, limits: Limits = LIMITS) -> list[Decision]:
     """Tick after tick, each handing its memory to the next, as the program does."""
     out, memory = [], memory or Memory()
     for tick in ticks:
-        decision = decide(tick, LIMITS, memory)
+        decision = decide(tick, limits, memory)
         out.append(decision)
         memory = decision.memory
     return out
@@ -327,18 +327,10 @@ GPU_IDLE = ((0, 0.0, 21000.0),)  # a model loaded, nothing running
 def test_a_busy_gpu_is_work_that_restarts_the_clock_and_each_busy_gpu_is_named():
     hot = ((0, 95.0, 30000.0), (1, 11.0, 500.0))
     ticks = [seen(LATE, gpus=GPU_IDLE), seen(LATE + 29 * MIN, gpus=hot), seen(LATE + 30 * MIN, gpus=GPU_IDLE)]
-    first, busy, after = run_all_on(ticks, Memory())
+    first, busy, after = run(ticks, limits=ALL_ON)
     assert first.action == KEEP
     assert busy.action == KEEP and busy.reason == "GPU 0 at 95 %, GPU 1 at 11 %" and busy.fires_at is None
     assert after.fires_at == LATE + 60 * MIN  # the clock began again when the GPU went quiet
-
-
-def run_all_on(ticks: list[Observation], memory: Memory) -> list[Decision]:
-    out = []
-    for tick in ticks:
-        out.append(decision := decide(tick, ALL_ON, memory))
-        memory = decision.memory
-    return out
 
 
 @pytest.mark.parametrize(
@@ -351,14 +343,14 @@ def run_all_on(ticks: list[Observation], memory: Memory) -> list[Decision]:
     ],
 )
 def test_a_quiet_gpu_lets_the_clock_run_and_the_reason_says_so(gpus, said):
-    decisions = run_all_on([seen(LATE + m * MIN, gpus=gpus) for m in (0, 30)], Memory())
+    decisions = run([seen(LATE + m * MIN, gpus=gpus) for m in (0, 30)], limits=ALL_ON)
     assert decisions[0].reason == f"queue empty, {said}, idle for 0 min"
     assert decisions[1].action == DELETE
 
 
 def test_no_nvidia_smi_at_all_is_named_and_is_no_reason_to_keep_the_vm():
     absent = {"gpu_error": "no nvidia-smi on PATH", "gpu_absent": True}
-    decisions = run_all_on([seen(LATE + m * MIN, **absent) for m in (0, 30)], Memory())
+    decisions = run([seen(LATE + m * MIN, **absent) for m in (0, 30)], limits=ALL_ON)
     assert decisions[0].reason == "queue empty, GPU not read (no nvidia-smi on PATH), idle for 0 min"
     assert decisions[1].action == DELETE
 
@@ -366,7 +358,7 @@ def test_no_nvidia_smi_at_all_is_named_and_is_no_reason_to_keep_the_vm():
 def test_a_gpu_that_cannot_be_read_is_trouble_capped_a_job_may_still_run_on_it():
     # unattended-upgrades replaced NVIDIA's libraries under a running driver: nvidia-smi fails, the job runs on
     broken = {"gpu_error": "nvidia-smi exit 18: Failed to initialize NVML: Driver/library version mismatch"}
-    first, at_cap, end = run_all_on([seen(LATE + m * MIN, **broken) for m in (0, 60, 90)], Memory())
+    first, at_cap, end = run([seen(LATE + m * MIN, **broken) for m in (0, 60, 90)], limits=ALL_ON)
     said = f"GPU not read ({broken['gpu_error']})"
     assert first.action == KEEP and first.reason == f"{said}: counted as busy for 60 min more"
     assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE and end.reason.count("GPU not read") == 1
@@ -444,11 +436,7 @@ def test_clock_billing_keeps_an_idle_vm_to_the_margin_before_the_paid_hour_ends(
     # idle since 13:35: the deadline 14:05 falls in the hour 14:00-15:00, billed whole anyway
     went_idle = TOP - 25 * MIN
     ticks = [seen(went_idle), seen(TOP + 5 * MIN), seen(TOP + 56 * MIN), seen(TOP + 57 * MIN)]
-    decisions, memory = [], Memory()
-    for tick in ticks:
-        decisions.append(decision := decide(tick, CLOCK, memory))
-        memory = decision.memory
-    first, at_deadline, before_margin, at_margin = decisions
+    first, at_deadline, before_margin, at_margin = run(ticks, limits=CLOCK)
     assert first.fires_at == TOP + 57 * MIN and first.reason.endswith("the hour is paid for 85 min more")
     assert at_deadline.action == KEEP and at_deadline.reason == (
         "queue empty, idle for 30 min; the hour is paid for 55 min more"
