@@ -30,6 +30,7 @@ class Server:
     addresses: tuple[str, ...]  # floating addresses
     fault: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()
+    updated: str | None = None  # Nova's last change of the server: when a preemption stopped it
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,17 @@ def observe(conn, prefix: str) -> CloudView:
         metadata = tuple(sorted((s.metadata or {}).items()))
         servers.append(
             Server(
-                s.id, s.name, s.status, s.vm_state, tuple(s.tags or ()), flavor, s.created_at, floating, fault, metadata
+                s.id,
+                s.name,
+                s.status,
+                s.vm_state,
+                tuple(s.tags or ()),
+                flavor,
+                s.created_at,
+                floating,
+                fault,
+                metadata,
+                s.updated_at,
             )
         )
     volumes = tuple(
@@ -186,6 +197,25 @@ def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack"
 def missing_preemptible(server: Server | None) -> bool:
     """Without the tag, Selectel bills the server at the full price."""
     return server is not None and PREEMPTIBLE not in server.tags
+
+
+def our_address(view: CloudView, server: Server | None, prefix: str) -> str | None:
+    """The server's floating address, else the project's own floating IP (kept, or not yet attached)."""
+    if server and server.addresses:
+        return server.addresses[0]
+    description = names(prefix)["floating_ip_description"]
+    return next((ip.address for ip in view.floating_ips if ip.description == description), None)
+
+
+def unix_time(iso: str | None) -> float | None:
+    """A Nova time ("2026-12-02T08:40:56Z") as a unix time; None when absent or unreadable."""
+    if not iso:
+        return None
+    try:
+        parsed = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 def alive_minutes(server: Server, now: datetime | None = None) -> float | None:

@@ -115,6 +115,12 @@ KEYS: dict[str, Key] = {
     ),
     "SSH_USER": Key("lowercase a-z, 0-9, _ and -, not starting with a digit or -", "root", "SSH login user on the VM"),
     "PRICE_PER_HOUR": Key("a number, 0 or more, e.g. 1.25", None, "price of the flavor per hour, for cost display"),
+    "PRICE_FLOATING_IP_PER_HOUR": Key(
+        "a number, 0 or more, e.g. 0.3", None, "price of a floating IP per hour, for what a stopped VM still costs"
+    ),
+    "PRICE_DISK_GB_PER_HOUR": Key(
+        "a number, 0 or more, e.g. 0.02", None, "price of one GB of network disk per hour, for the same"
+    ),
     "NAME": Key("a lowercase letter, then up to 30 of a-z, 0-9 and -", "gpu-rent", "prefix of every cloud resource"),
     "EXTERNAL_NETWORK": Key("text", None, "network for the floating IP (empty: the cloud's only external one)"),
     "SUBNET_CIDR": Key("an IPv4 network of /29 or larger, e.g. 192.168.77.0/24", "192.168.77.0/24", "private subnet"),
@@ -252,6 +258,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "OPERATOR_CIDR": _operator_cidr,
     "SSH_USER": _matching(r"[a-z_][a-z0-9_-]*", "is not a valid user name"),
     "PRICE_PER_HOUR": _price,
+    "PRICE_FLOATING_IP_PER_HOUR": _price,
+    "PRICE_DISK_GB_PER_HOUR": _price,
     "NAME": _matching(r"[a-z][a-z0-9-]{0,30}", "is not a valid name"),
     "EXTERNAL_NETWORK": _text,
     "SUBNET_CIDR": _subnet_cidr,
@@ -557,6 +565,8 @@ class Settings:
     operator_cidr: str
     ssh_user: str
     price_per_hour: float | None
+    price_floating_ip_per_hour: float | None
+    price_disk_gb_per_hour: float | None
     name: str
     external_network: str | None
     subnet_cidr: str

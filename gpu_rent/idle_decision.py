@@ -112,6 +112,7 @@ class Decision:
     reason: str  # one line, for the journal, the status file and `gpu-rent status`
     memory: Memory
     fires_at: float | None = None  # when the VM goes if nothing changes; None while something keeps it
+    paid_until: float | None = None  # BILLING_HOUR: the end of the hour already paid that fires_at uses up
 
 
 def _minutes(seconds: float) -> str:
@@ -174,7 +175,7 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         reason = f"{reason}; the hour is paid for {_minutes(paid_until - now)} more"
     if now >= fires_at:
         return Decision(DELETE, f"{reason}: deleting this server", memory)
-    return Decision(KEEP, reason, memory, fires_at)
+    return Decision(KEEP, reason, memory, fires_at, paid_until)
 
 
 def paid_hour_end(moment: float, limits: Limits) -> float | None:

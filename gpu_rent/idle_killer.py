@@ -127,6 +127,8 @@ class Config:
     hold_file: str = "/mnt/swarm_data/.gpu-rent-hold-until"
     seeding_lock: str = "/run/gpu-rent/seeding"
     status_file: str = "/run/gpu-rent/idle-killer.json"
+    # on the boot volume, which outlives the server: the next up tells why the VM before went
+    last_words_file: str = "/var/lib/gpu-rent/idle-killer-last-words.json"
     credential_expires_at: str | None = None
     credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
     tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
@@ -291,8 +293,9 @@ def delete_floating_ip(cfg: Config, login: tuple[str, list] | None = None) -> st
         raise Unreachable(f"Neutron at {url}: {why(e)}") from None
 
 
-def with_retries(action, tries: int = 3, pause: float = RETRY_PAUSE):
+def with_retries(action, tries: int = 3, pause: float | None = None):
     """Transient failures are tried again a few times within the tick; the next tick tries anew."""
+    pause = RETRY_PAUSE if pause is None else pause  # read at the call: tests set it to 0
     for attempt in range(tries):
         try:
             return action()
@@ -409,13 +412,14 @@ def _tick(cfg: Config, now: float | None, say) -> dict:
         "gpus": None if seen.gpus is None else [dict(zip(GPU_FIELDS, g, strict=True)) for g in seen.gpus],
         "gpu_error": seen.gpu_error,
         "fires_at": decision.fires_at,
+        "paid_until": decision.paid_until,
         "memory": asdict(decision.memory),
         "limits": asdict(cfg.limits()),
         "credential": credential,
         "credential_expires_at": cfg.credential_expires_at,
     }
     if decision.action == DELETE:
-        status.update(_delete(cfg, credential, now, say))
+        status.update(_delete(cfg, credential, now, say, decision.reason))
         loud = CRIT if credential.get("state") == "refused" else WARNING
         say(f"{loud}{decision.action}: {decision.reason}; {status['acted']}")
     else:
@@ -434,9 +438,11 @@ def _line(decision: Decision, credential: dict) -> str:
     return INFO + line
 
 
-def _delete(cfg: Config, credential: dict, now: float, say) -> dict:
+def _delete(cfg: Config, credential: dict, now: float, say, reason: str = "") -> dict:
     """The server first (the GPU is what bills most), then its floating IP, in one login, before the
     VM goes: the next tick may never come."""
+    words = {"server_id": cfg.server_id, "at": now, "reason": reason, "acted": "deleting"}
+    _last_words(cfg, words)  # before the DELETE: once Nova takes it, the guest may not write again
     try:
         login = with_retries(lambda: authenticate(cfg))
         done = with_retries(lambda: delete_server(cfg, login))
@@ -453,7 +459,32 @@ def _delete(cfg: Config, credential: dict, now: float, say) -> dict:
         except (CredentialRefused, Unreachable) as e:
             acted["floating_ip"] = f"floating IP NOT deleted, it bills until `gpu-rent stop`: {e}"
         acted["acted"] = f"{done}; {acted['floating_ip']}"
+    _last_words(cfg, {**words, "acted": acted["acted"], "deleted_at": acted["deleted_at"]})
     return acted
+
+
+def _last_words(cfg: Config, words: dict) -> None:
+    """Why this server goes, kept where the next up reads it (written through to the disk: the guest
+    may be cut off at any moment after). Never fatal: the DELETE matters more."""
+    if not cfg.last_words_file:
+        return
+    path = Path(cfg.last_words_file)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(words, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as e:
+        print(f"{WARNING}last words not kept at {path}: {e}", file=sys.stderr)
 
 
 def _check(cfg: Config, now: float) -> dict:

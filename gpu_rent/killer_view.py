@@ -109,6 +109,9 @@ def _describe(status: dict | None, now: float) -> str:
         if fires_at
         else f"armed, kept alive by: {reason}"
     )
+    paid_until = status.get("paid_until")  # BILLING_HOUR: why it fires later than idle alone would
+    if fires_at and paid_until:
+        line += f"; the hour is paid until {_clock(float(paid_until))}"
     backends = status.get("backends")  # "2 of 2 ComfyUI backends running", when SwarmUI listed them
     if backends and str(backends) not in reason:
         line += f"; {backends}"

@@ -9,11 +9,12 @@ next command cannot name.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_rent import cloud, swarmui_versions, token_cache
+from gpu_rent import cloud, stopped_bill, swarmui_versions, token_cache, vm_end
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
@@ -163,6 +164,12 @@ class Rental:
                     setattr(state, key, data[f"gpu_rent_{key}"])
             if isinstance(data.get("gpu_rent_gpu"), dict):
                 state.gpu = str(data["gpu_rent_gpu"].get("report") or "") or None
+            for server in data.get("gpu_rent_deleted_servers") or ():  # what status says once it is gone
+                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, vm_end.stopped(server, time.time(), playbook))
+            if isinstance(data.get("gpu_rent_last_words"), dict):  # the VM before this one: why its killer fired
+                end = vm_end.from_last_words(data["gpu_rent_last_words"])
+                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, end)
+                self.say(f"the VM before this one was {vm_end.line(end)}")
             if data.get("gpu_rent_note"):  # a role's word to the user, e.g. what happens at the next up
                 self.say(str(data["gpu_rent_note"]))
             phase = data.get("gpu_rent_phase")  # the playbook says where it got: SSH answers, SwarmUI ready
@@ -209,6 +216,11 @@ class Rental:
             conn = connect(self.settings)
             view = cloud.observe(conn, self.settings.name)
             items = plan(self.settings, view, conn)
+            server = view.server(resource_names(self.settings.name)["server"], state.resources.get("server"))
+            address = cloud.our_address(view, server, self.settings.name)
+            bill = stopped_bill.for_server(self.settings, view, server, address) if server else None
+            if bill:  # preempted with the laptop closed: say what it cost while nobody looked
+                self.say(f"server {server.name}: {bill}; bringing it back")
             if any(i.action == "create" and i.what == "server" for i in items) and not confirm(items):
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
             state.move_to(Phase.PROVISIONING, "up")
@@ -221,8 +233,14 @@ class Rental:
     def stop(self) -> State:
         with self.store.lock("stop"):
             state = load_state(self.store, self.say)
-            connect(self.settings)
+            conn = connect(self.settings)
+            recorded = state.resources.get("server")
             self._run(state, "stop", "stopping")
+            end = vm_end.read(self.settings.runtime_dir, vm_end.END_FILE) or {}
+            if recorded and end.get("server_id") != recorded:  # gone before this stop: whose doing was it
+                seen = vm_end.read(self.settings.runtime_dir, vm_end.SEEN_FILE)
+                end = vm_end.judge(recorded, vm_end.nova_deleted_at(conn, recorded), seen)
+                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, end)
             state.move_to(Phase.IDLE, "stop")
             self.store.save(state)
             return state

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import cloud, killer_view, swarmui_versions, tunnel_record
+from gpu_rent import cloud, killer_view, stopped_bill, swarmui_versions, tunnel_record, vm_end
 from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.rental import connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
@@ -36,6 +36,8 @@ class StatusReport:
     killer: str | None = None  # the idle-killer's view, in one line (None: no running VM to ask)
     killer_status: dict | None = None  # its status file as the VM has it
     tunnel: dict | None = None  # the record of this project's running tunnel process, if one runs
+    last_end: dict | None = None  # how the last VM ended (vm_end), shown while there is none
+    stopped_bill: str | None = None  # what still bills while the server stands stopped (a preemption)
 
     def to_json(self) -> dict:
         s = self.server
@@ -63,6 +65,8 @@ class StatusReport:
             "idle_killer": None if self.killer is None else {"view": self.killer, "status": self.killer_status},
             "resources": self.resources,
             "tunnel": self.tunnel,
+            "stopped_bill": self.stopped_bill,
+            "last_end": None if self.last_end is None else {**self.last_end, "line": vm_end.line(self.last_end)},
         }
 
     def render(self, out: Console) -> None:
@@ -71,6 +75,8 @@ class StatusReport:
         s = self.server
         if s is None:
             out.print("[bold]server[/]    none [dim](nothing is billing for compute)[/]")
+            if self.last_end is not None:
+                out.print(f"[bold]ended[/]     {escape(vm_end.line(self.last_end))}")
         else:
             alive = f", alive {self.minutes_alive:.0f} min" if self.minutes_alive is not None else ""
             cost = ""
@@ -79,6 +85,9 @@ class StatusReport:
             out.print(f"[bold]server[/]    {escape(s.name)} {s.status} {escape(s.flavor or '')}{alive}{cost}")
             if s.fault:
                 out.print(f"[red]          fault: {escape(s.fault)}[/]")
+            if self.stopped_bill:
+                out.print(f"[bold yellow]billing[/]   [bold]{escape(self.stopped_bill)}[/]")
+                out.print(f"          {STOPPED_ADVICE}")
         if self.address:
             out.print(f"[bold]address[/]   {self.address}")
         for v in self.volumes:
@@ -102,6 +111,9 @@ class StatusReport:
         for x in self.leftovers:
             out.print(f"[bold yellow]leftover[/]  {x.kind} {escape(x.detail)}")
             out.print(f"          delete: [bold]{escape(x.delete_command)}[/]")
+
+
+STOPPED_ADVICE = "`gpu-rent stop` ends all but the disks (they stay until destroy); `gpu-rent up` brings the VM back"
 
 
 def status_report(settings: Settings, say: Callable[[str], None]) -> StatusReport:
@@ -132,6 +144,12 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
         server = view.server(names["server"], state.resources.get("server"))
         stale = cloud.stale_ids(state, view)
+        if "server" in stale:  # gone, and not by gpu-rent stop (which forgets it): tell how, once
+            gone = state.resources["server"]
+            seen = vm_end.read(settings.runtime_dir, vm_end.SEEN_FILE)
+            vm_end.write(
+                settings.runtime_dir, vm_end.END_FILE, vm_end.judge(gone, vm_end.nova_deleted_at(conn, gone), seen)
+            )
         if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
             state.move_to(phase, f"reconciled by status: {why}")
             for key in stale:
@@ -147,8 +165,7 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
     cost = None
     if minutes is not None and settings.price_per_hour is not None:
         cost = settings.price_per_hour * (int(minutes // 60) + 1)  # hourly billing: a started hour counts
-    ours_ip = next((ip for ip in view.floating_ips if ip.description == names["floating_ip_description"]), None)
-    address = (server.addresses[0] if server and server.addresses else None) or (ours_ip.address if ours_ip else None)
+    address = cloud.our_address(view, server, settings.name)
     killer_status = killer = None
     boot_volume = state.resources.get("boot_volume")
     if server is not None and server.status == "ACTIVE" and address and boot_volume:
@@ -157,6 +174,8 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
             early = _killer_read(settings, address, boot_volume)
         killer_status = killer_view.finish(early[1])
         killer = killer_view.describe(killer_status, time.time())
+        if killer_status and killer_status.get("server_id") == server.id:  # what judges the end, if it comes
+            vm_end.write(settings.runtime_dir, vm_end.SEEN_FILE, killer_status)
     return StatusReport(
         project=str(settings.project_dir),
         cloud=settings.cloud.describe(),
@@ -175,6 +194,8 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         killer=killer,
         killer_status=killer_status,
         tunnel=tunnel,
+        last_end=None if server else vm_end.read(settings.runtime_dir, vm_end.END_FILE),
+        stopped_bill=stopped_bill.for_server(settings, view, server, address) if server else None,
     )
 
 

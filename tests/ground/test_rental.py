@@ -391,6 +391,7 @@ def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
     project, ours = life
     volumes = {v.name: v.id for v in ours.volumes().values()}
     rented = ours.ids()
+    server = ours.servers()[0]
     pid = tunnel(project)["pid"]
     address = state(project)["resources"]["floating_ip_address"]
     ssh(address, "echo last > /mnt/swarm_data/Output/local/raw/2026-11-30/0002-last.png")
@@ -405,7 +406,10 @@ def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
     assert all(v.status == "available" for v in after.values())
     assert state(project)["phase"] == "idle"
     # none of what this project rented is a leftover (other tests' resources of the moment may be)
-    assert rented.isdisjoint(x["id"] for x in status(project)["leftovers"])
+    seen = status(project)
+    assert rented.isdisjoint(x["id"] for x in seen["leftovers"])
+    end = seen["last_end"]
+    assert end["server_id"] == server.id and end["line"].startswith("deleted by gpu-rent stop"), end
     assert ours.killer_credential() is None  # no secret outlives the VM that held it
 
 
@@ -517,14 +521,42 @@ def test_ctrl_c_closes_a_foreground_tunnel_and_the_vm_keeps_running(life):
     assert ours.servers()[0].status == "ACTIVE" and state(project)["phase"] == "ready_cloud"
 
 
-def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_reconciles(life):
+def test_preempted_with_the_laptop_closed_status_names_what_bills_and_up_brings_it_back(life):
+    project, ours = life
+    server = ours.servers()[0]
+    address = state(project)["resources"]["floating_ip_address"]
+    assert status(project)["tunnel"] is None  # no watchdog on the laptop: nothing brings it back
+    with open(project / "gpu-rent.vars", "a") as f:
+        f.write("PRICE_FLOATING_IP_PER_HOUR=0.25\nPRICE_DISK_GB_PER_HOUR=0.01\n")
+    assert ssh(address, "touch /root/before-preemption").returncode == 0
+    ours.conn.compute.shelve_server(server)  # what a preemption leaves on the ground (Selectel: EXPIRED)
+    wait_until("the server shelved", lambda: ours.servers()[0].status == "SHELVED_OFFLOADED", 120)
+    wait_until(f"{address} to stop answering", lambda: ssh(address, "true").returncode == 255, 60)
+    gb = sum(v.size for v in ours.volumes().values())
+    seen = status(project)
+    bill = seen["stopped_bill"]
+    assert bill.startswith("preempted (stopped by the cloud) at "), bill
+    assert f"floating IP {address}, disks {gb} GB, ~{0.25 + gb * 0.01:.2f}/hour" in bill, bill
+    shown = gpu_rent(project, "status").stdout
+    assert "billing   preempted" in shown and "`gpu-rent stop` ends all but the disks" in shown
+    back = up(project)
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert f"server {server.name}: preempted (stopped by the cloud)" in back.stdout + back.stderr
+    assert [(s.id, s.status) for s in ours.servers()] == [(server.id, "ACTIVE")]  # the same server, back
+    assert ssh(address, "test -f /root/before-preemption").returncode == 0  # on its own boot volume
+    assert status(project)["stopped_bill"] is None
+
+
+def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_it(life):
     project, ours = life
     server = ours.servers()[0]
     address_id = state(project)["resources"]["floating_ip"]
     volumes = {v.name: v.id for v in ours.volumes().values()}
-    seconds = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 4, "idle_killer_tick_seconds": 2}
+    seconds = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 20, "idle_killer_tick_seconds": 2}
     rearmed = playbook(project, "idle_killer.yml", *[f"-e{k}={v}" for k, v in seconds.items()])
     assert rearmed.returncode == 0, rearmed.stdout[-3000:]
+    said = status(project)["idle_killer"]["status"]  # the user looks once, then closes the laptop
+    assert said["server_id"] == server.id and said["fires_at"], said
     wait_until("the VM deleted by its idle-killer", lambda: not ours.servers(), 90)
     after = ours.volumes()
     assert {v.name: v.id for v in after.values()} == volumes
@@ -536,10 +568,23 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_reconc
     named = {x["id"]: x["kind"] for x in seen["leftovers"]}
     assert server.id not in named and address_id not in named
     assert named.keys().isdisjoint(volumes.values())  # kept volumes are the project's, not leftovers
+    # status names what killed it, from Nova's delete time and the deadline the killer had named
+    end = seen["last_end"]
+    assert end["server_id"] == server.id and end["by"] == "idle-killer", end
+    assert said["fires_at"] - 120 <= end["at"] <= time.time(), end
+    assert "ended     deleted by the idle-killer at" in gpu_rent(project, "status").stdout
+    # the next up reads the killer's own last words from the boot volume it wrote them on
+    again = up(project)
+    assert again.returncode == 0, again.stderr[-3000:]
+    told = again.stdout + again.stderr
+    assert "the VM before this one was deleted by the idle-killer at" in told, told[-3000:]
+    assert "deleting this server)" in told, told[-3000:]
+    assert ours.killer_credential() is not None and status(project)["last_end"] is None  # a server again
 
 
 def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(life):
     project, ours = life
+    server = ours.servers()[0]
     result = playbook(project, "stop.yml")
     assert result.returncode == 0, result.stdout[-3000:]
     assert ours.servers() == [] and ours.floating_ips() == [] and ours.killer_credential() is None
@@ -547,6 +592,10 @@ def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(lif
     assert seen["phase"] == "idle" and seen["server"] is None
     assert "server" not in state(project)["resources"]
     assert len(ours.volumes()) == 2
+    # gpu-rent did not see who: it says when, and that it was not its stop or the killer it watched
+    end = seen["last_end"]
+    assert end["server_id"] == server.id and end["by"] == "elsewhere" and end["at"], end
+    assert end["line"].startswith("deleted at ") and "not by gpu-rent stop" in end["line"]
     nothing_to_hold = gpu_rent(project, "hold")
     assert nothing_to_hold.returncode == 2 and "no running VM to hold" in nothing_to_hold.stderr
 

@@ -438,6 +438,7 @@ def test_clock_billing_keeps_an_idle_vm_to_the_margin_before_the_paid_hour_ends(
     ticks = [seen(went_idle), seen(TOP + 5 * MIN), seen(TOP + 56 * MIN), seen(TOP + 57 * MIN)]
     first, at_deadline, before_margin, at_margin = run(ticks, limits=CLOCK)
     assert first.fires_at == TOP + 57 * MIN and first.reason.endswith("the hour is paid for 85 min more")
+    assert first.paid_until == TOP + 60 * MIN  # status says "the hour is paid until 15:00"
     assert at_deadline.action == KEEP and at_deadline.reason == (
         "queue empty, idle for 30 min; the hour is paid for 55 min more"
     )

@@ -46,6 +46,7 @@ def config(tmp_path: Path, swarm_port: int, comfy_port: int | None = None, **kw)
         "hold_file": str(tmp_path / "hold"),
         "seeding_lock": str(tmp_path / "seeding"),
         "status_file": str(tmp_path / "run" / "idle-killer.json"),
+        "last_words_file": str(tmp_path / "lib" / "idle-killer-last-words.json"),
         "credential_check_seconds": 1e12,  # no credential check in these ticks
         "gpu_percent": None,  # no GPU here; test_idle_look.py gives the killer one
         "shell": False,  # this machine's terminals are not the VM's
@@ -144,6 +145,23 @@ def test_a_delete_that_cannot_reach_keystone_is_retried_and_says_so(tmp_path, sw
     assert status["action"] == "delete" and "deleting this server" in status["reason"]
     assert status["acted"].startswith("delete failed, tried again next tick: Keystone at http://127.0.0.1:")
     assert said[0].startswith("<4>delete:")
+    # the last words were kept before the DELETE was tried: the guest may not live to write them after
+    words = json.loads(Path(cfg.last_words_file).read_text())
+    assert words == {
+        "server_id": cfg.server_id,
+        "at": status["tick_at"],
+        "reason": status["reason"],
+        "acted": "deleting",
+    }
+
+
+def test_last_words_that_cannot_be_written_never_stop_the_delete(tmp_path, swarm, monkeypatch, capsys):
+    monkeypatch.setattr(idle_killer, "RETRY_PAUSE", 0)
+    (tmp_path / "lib").write_text("a file where the folder should be")
+    cfg = config(tmp_path, swarm.port, idle_seconds=0)
+    status, _ = tick(cfg)
+    assert status["action"] == "delete" and status["acted"].startswith("delete failed, tried again next tick")
+    assert "<4>last words not kept at" in capsys.readouterr().err
 
 
 def test_a_deadline_before_the_next_tick_is_waited_for_not_left_to_the_next_tick(tmp_path, swarm, monkeypatch):

@@ -22,6 +22,18 @@ def test_an_idle_vm_says_when_it_goes():
     assert describe(status(), NOW) == f"armed, fires in 27 min at {clock(NOW + 27 * 60)} (queue empty, idle for 3 min)"
 
 
+def test_a_vm_kept_to_the_end_of_a_paid_hour_says_until_when():
+    paid = status(
+        fires_at=NOW + 26 * 60,
+        paid_until=NOW + 29 * 60,
+        reason="queue empty, idle for 31 min; the hour is paid for 29 min more",
+    )
+    assert describe(paid, NOW).endswith(
+        f"at {clock(NOW + 26 * 60)} (queue empty, idle for 31 min; the hour is paid for 29 min more);"
+        f" the hour is paid until {clock(NOW + 29 * 60)}"
+    )
+
+
 @pytest.mark.parametrize(
     "reason", ["hold for 90 min more", "2 waiting gens", "download of Lora/x.tmp", "grace after boot, 44 min left"]
 )
