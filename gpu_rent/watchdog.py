@@ -4,7 +4,8 @@
 `up` and `open` start it in the background. It writes `.gpu-rent/tunnel.json` at every change:
 where it forwards, what it is doing and why; `status` and `stop` read it. The watchdog looks at
 the server every WATCH_SECONDS: shelved or stopped (a preemption) → the same server is brought
-back and the tunnel reopens; ERROR → exit with the reason; gone → the tunnel closes.
+back and the tunnel reopens; ERROR → exit with the reason; gone → the tunnel closes, saying who
+deleted it (gpu_rent/vm_end.py): while it forwards, it keeps the idle-killer's last report.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import asyncssh
 import openstack.exceptions
 from keystoneauth1 import exceptions as ksa_exceptions
 
-from gpu_rent import ssh
+from gpu_rent import ssh, vm_end
 from gpu_rent.config import ConfigError, Settings, resource_names
+from gpu_rent.killer_view import STATUS_FILE
 from gpu_rent.notify import notify
 from gpu_rent.pids import pid_alive
 from gpu_rent.rental import CloudUnreachable, OperationFailed, Rental, connect, load_state
@@ -47,6 +50,8 @@ LOG_FILE = "logs/tunnel.log"
 SENTINEL_LOG = "logs/sentinel.log"
 # How often the --stop-on-exit sentinel looks whether the tunnel process still lives.
 SENTINEL_SECONDS = 2.0
+# How long a read of the idle-killer's report over the tunnel's connection may take.
+KILLER_READ_SECONDS = 10.0
 # How long `up`/`open` wait for a background tunnel to forward before they say why it did not.
 START_TIMEOUT = 60.0
 
@@ -252,12 +257,40 @@ class Session:
             if verdict.why != self._last_verdict and verdict.act is not Act.OK:
                 self.log(f"watchdog: {verdict.why}")
             self._last_verdict = verdict.why
+            if verdict.act is Act.OK:
+                await self._keep_killer_report()
             if verdict.act is Act.GONE:
-                raise SessionEnded(f"{verdict.why}: the tunnel closes; gpu-rent up rents it again", 0, gone=True)
+                why = await asyncio.to_thread(self._gone_why, verdict.why)
+                raise SessionEnded(f"{why}: the tunnel closes; gpu-rent up rents it again", 0, gone=True)
             if verdict.act is Act.FATAL:
                 raise SessionEnded(verdict.why, 1)
             if verdict.act is Act.RECOVER:
                 await self._recover(verdict.why)
+
+    async def _keep_killer_report(self) -> None:
+        """The killer's report, read over the tunnel's own connection: when the VM goes, it says who and why."""
+        conn = await self.tunnel.connection(0) if self.forward and self.tunnel else None
+        if conn is None:
+            return
+        try:
+            result = await asyncio.wait_for(conn.run(f"cat {STATUS_FILE}", check=False), KILLER_READ_SECONDS)
+            report = json.loads(result.stdout or "")
+        except (OSError, ValueError, TimeoutError, asyncssh.Error):
+            return
+        if isinstance(report, dict) and report.get("server_id") == self.server_id:
+            await asyncio.to_thread(vm_end.write, self.settings.runtime_dir, vm_end.SEEN_FILE, report)
+
+    def _gone_why(self, why: str) -> str:
+        """The server is gone: who deleted it, when and why, as status will tell it (kept for status)."""
+        if not self.server_id:
+            return why
+        try:
+            deleted_at = vm_end.nova_deleted_at(self._cloud, self.server_id) if self._cloud else None
+        except Exception:  # the account is for the user; the cloud's hiccup must not hide that the VM is gone
+            deleted_at = None
+        end = vm_end.judge(self.server_id, deleted_at, vm_end.read(self.settings.runtime_dir, vm_end.SEEN_FILE))
+        vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, end)
+        return f"the server was {vm_end.line(end)}"
 
     async def _recover(self, why: str) -> None:
         now = time.time()

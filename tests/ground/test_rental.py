@@ -558,6 +558,11 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_
     said = status(project)["idle_killer"]["status"]  # the user looks once, then closes the laptop
     assert said["server_id"] == server.id and said["fires_at"], said
     wait_until("the VM deleted by its idle-killer", lambda: not ours.servers(), 90)
+    # the tunnel up opened read the killer's report as it forwarded: it closes saying who deleted the VM
+    record = project / ".gpu-rent" / "tunnel.json"
+    wait_until("the watchdog to close the tunnel", lambda: json.loads(record.read_text())["state"] == "closed", 30)
+    closed = json.loads(record.read_text())["message"]
+    assert closed.startswith("the server was deleted by the idle-killer at "), closed
     after = ours.volumes()
     assert {v.name: v.id for v in after.values()} == volumes
     wait_until("both volumes free", lambda: all(v.status == "available" for v in ours.volumes().values()), 60)
