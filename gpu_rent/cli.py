@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shlex
 import sys
 import time
 from datetime import datetime
@@ -22,7 +23,7 @@ import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view
+from gpu_rent import __version__, cloud, config, killer_view, setup_wizard
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.lazy import lazy
@@ -151,6 +152,59 @@ WatchOption = Annotated[
     float,
     typer.Option("--watch-seconds", min=0.5, hidden=True, help="Seconds between the watchdog's looks at the server."),
 ]
+
+
+@app.command()
+def setup(
+    project: ProjectOption = Path("."),
+    non_interactive: Annotated[
+        bool, typer.Option("--non-interactive", help="Take every answer from the options; ask nothing.")
+    ] = False,
+    cloud_name: Annotated[
+        str | None, typer.Option("--cloud", help="The clouds.yaml entry to use (written to .env as OS_CLOUD).")
+    ] = None,
+    clouds_yaml: Annotated[
+        Path | None,
+        typer.Option(
+            "--clouds-yaml",
+            envvar="OS_CLIENT_CONFIG_FILE",
+            help="The clouds.yaml that defines --cloud.",
+            show_default="the usual places openstack looks",
+        ),
+    ] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="Availability zone to rent in (POOL).")] = None,
+    flavor: Annotated[str | None, typer.Option("--flavor", help="GPU flavor, by name or id (FLAVOR).")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Boot image, by name or id (IMAGE).")] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key", help="SSH private key for the VM (GPU_RENT_SSH_KEY).", show_default=config.DEFAULT_SSH_KEY
+        ),
+    ] = None,
+    new_key: Annotated[
+        bool, typer.Option("--new-key", help="Make an ed25519 key (in the project folder unless --key says where).")
+    ] = False,
+) -> None:
+    """Make a project folder: check the login, pool, GPU flavor, image and SSH key, then write .env and gpu-rent.vars.
+
+    Nothing is written until every check passed. A re-run keeps the values it is not given. Then it runs doctor.
+    """
+    if not non_interactive:
+        error("the interactive setup is not there yet: use gpu-rent setup --non-interactive with the options")
+        raise typer.Exit(ExitCode.BAD_INPUT)
+    given = setup_wizard.Answers(project, cloud_name, clouds_yaml, pool, flavor, image, key, new_key)
+    try:
+        checked, written = setup_wizard.run(given)
+    except HANDLED as e:
+        raise _fail(e) from None
+    a = checked.answers
+    checks = f"{a.cloud}, pool {a.pool}, {checked.flavor.describe()}, image {a.image}"
+    console.print(f"[green]checked[/]: {escape(checks)}")
+    if new_key and checked.key_to_make is None:
+        note(f"--new-key: {a.key} is there already; kept, not replaced")
+    console.print(f"wrote {escape(', '.join(str(p) for p in written))}")
+    doctor(a.project)
+    console.print(f"next: {escape(f'gpu-rent up --project {shlex.quote(str(a.project))}')}")
 
 
 @app.command()
