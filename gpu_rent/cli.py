@@ -23,7 +23,7 @@ import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view, setup_wizard
+from gpu_rent import __version__, cloud, config, killer_view, setup_prompts, setup_wizard
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.lazy import lazy
@@ -187,24 +187,38 @@ def setup(
 ) -> None:
     """Make a project folder: check the login, pool, GPU flavor, image and SSH key, then write .env and gpu-rent.vars.
 
+    On a terminal it asks, offering what the cloud has (the options and the project's values are the defaults).
     Nothing is written until every check passed. A re-run keeps the values it is not given. Then it runs doctor.
     """
-    if not non_interactive:
-        error("the interactive setup is not there yet: use gpu-rent setup --non-interactive with the options")
-        raise typer.Exit(ExitCode.BAD_INPUT)
     given = setup_wizard.Answers(project, cloud_name, clouds_yaml, pool, flavor, image, key, new_key)
+    if not non_interactive and not sys.stdin.isatty():
+        error("no terminal to ask on: use gpu-rent setup --non-interactive --cloud NAME --pool P --flavor F --image I")
+        raise typer.Exit(ExitCode.BAD_INPUT)
     try:
-        checked, written = setup_wizard.run(given)
+        if non_interactive:
+            checked, written = setup_wizard.run(given)
+        else:
+            checked = _ask_setup(given)
+            written = setup_wizard.write(checked)
     except HANDLED as e:
         raise _fail(e) from None
     a = checked.answers
     checks = f"{a.cloud}, pool {a.pool}, {checked.flavor.describe()}, image {a.image}"
     console.print(f"[green]checked[/]: {escape(checks)}")
-    if new_key and checked.key_to_make is None:
-        note(f"--new-key: {a.key} is there already; kept, not replaced")
+    if a.new_key and checked.key_to_make is None:
+        note(f"new key: {a.key} is there already; kept, not replaced")
     console.print(f"wrote {escape(', '.join(str(p) for p in written))}")
     doctor(a.project)
     console.print(f"next: {escape(f'gpu-rent up --project {shlex.quote(str(a.project))}')}")
+
+
+def _ask_setup(given: setup_wizard.Answers) -> setup_wizard.Checked:
+    try:
+        return setup_prompts.ask(given, setup_prompts.Prompter(console, err))
+    except (KeyboardInterrupt, EOFError):
+        console.print()  # the prompt's line was left open
+        note("canceled: nothing written")
+        raise typer.Exit(ExitCode.CANCELED) from None
 
 
 @app.command()

@@ -1,8 +1,8 @@
 """`gpu-rent setup`: a project folder (.env, gpu-rent.vars, an SSH key) that doctor passes.
 
-Three layers, so a prompting front end can sit on the same checks later: the answers (what the user gave, merged
-over what the project already has), the checks against the cloud (each refusal one line naming the option and
-the choices), and the writes, which happen only after every check passed.
+Three layers, so the prompts (setup_prompts) sit on the same checks as the options: the answers (what the user
+gave, merged over what the project already has), the checks against the cloud (each refusal one line naming the
+option and the choices), and the writes, which happen only after every check passed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ NEW_KEY_NAME = "id_ed25519"
 WHERE = "setup"
 # the three keys setup fills in: option name -> gpu-rent.vars key
 VARS_OPTIONS = {"pool": "POOL", "flavor": "FLAVOR", "image": "IMAGE"}
-_VARS_LINE = re.compile(r"^(?P<key>POOL|FLAVOR|IMAGE)\s*=\s*(?P<value>.*)$")
+_VARS_LINE = re.compile(r"^(?P<key>POOL|FLAVOR|IMAGE|PRICE_PER_HOUR)\s*=\s*(?P<value>.*)$")
+# extra specs that say which zones a flavor runs in (aggregate_instance_extra_specs:availability_zone and the like)
+_ZONE_SPEC = re.compile(r"(^|:)availability_zones?$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def _unquoted(value: str) -> str:
 
 
 def existing_vars(project: Path) -> dict[str, str]:
-    """POOL, FLAVOR and IMAGE already set in the project; the template's <...> placeholders do not count."""
+    """POOL, FLAVOR, IMAGE and PRICE_PER_HOUR set in the project; the template's <...> placeholders do not count."""
     path = project / VARS_FILE
     if not path.is_file():
         return {}
@@ -115,23 +117,38 @@ def _path(given: Path | None, in_env: str | None, project: Path) -> Path | None:
 # ---------------------------------------------------------------------------------------------- checks
 
 
+def cloud_names(answers: Answers) -> tuple[list[str], str | None]:
+    """The clouds.yaml entries (without the network) and the file openstacksdk found them in."""
+    if answers.clouds_yaml and not answers.clouds_yaml.is_file():
+        raise _refuse(f"--clouds-yaml {answers.clouds_yaml}: not found")
+    # a cloud name only selects CloudAuth's clouds.yaml branch; none is picked yet when the prompts list them
+    auth = CloudAuth(cloud=answers.cloud or "?", config_file=answers.clouds_yaml)
+    try:
+        config = auth.openstack_config()
+        # without any entry openstacksdk makes one named "defaults" of its defaults alone (no auth): not a cloud
+        names = [n for n, c in config.cloud_config["clouds"].items() if n != "defaults" or "auth" in c]
+    except Exception as e:  # a malformed clouds.yaml surfaces as YAML, JSON or OS errors
+        # a YAML error quotes the line it stopped at, which may hold the password: where, never what
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise _refuse(f"cannot read clouds.yaml{at} ({type(e).__name__})") from None
+    return sorted(names), config.config_filename
+
+
 def check_cloud(answers: Answers) -> CloudAuth:
     """The clouds.yaml entry, resolved without the network."""
     if not answers.cloud:
         raise _refuse("--cloud is required: the clouds.yaml entry to use")
     if answers.clouds_yaml and not answers.clouds_yaml.is_file():
         raise _refuse(f"--clouds-yaml {answers.clouds_yaml}: not found")
-    auth = CloudAuth(cloud=answers.cloud, config_file=answers.clouds_yaml)
     try:
-        names = auth.openstack_config().get_cloud_names()
-    except Exception as e:  # a malformed clouds.yaml surfaces as YAML, JSON or OS errors
-        # a YAML error quotes the line it stopped at, which may hold the password: where, never what
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise _refuse(f"--cloud {answers.cloud}: cannot read clouds.yaml{at} ({type(e).__name__})") from None
+        names, _ = cloud_names(answers)
+    except ConfigError as e:
+        raise _refuse(f"--cloud {answers.cloud}: {e.message}") from None
     if answers.cloud not in names:
         where = answers.clouds_yaml or "any clouds.yaml"
-        raise _refuse(f"--cloud {answers.cloud} is not in {where} (clouds there: {', '.join(sorted(names)) or 'none'})")
+        raise _refuse(f"--cloud {answers.cloud} is not in {where} (clouds there: {', '.join(names) or 'none'})")
+    auth = CloudAuth(cloud=answers.cloud, config_file=answers.clouds_yaml)
     try:
         auth.region()
     except Exception as e:
@@ -158,6 +175,18 @@ def _required(option: str, value: str | None, choices: list[str]) -> str:
 
 def pool_choices(conn) -> list[str]:
     return sorted({z.name for z in conn.compute.availability_zones()})
+
+
+def gpu_pools(conn) -> set[str] | None:
+    """Pools some GPU flavor runs in, when the flavors' extra specs name zones; None when the cloud does not tell."""
+    named = None
+    for row in _flavor_rows(conn):
+        if setup_catalog.gpu_flavor(row) is None:
+            continue
+        for key, value in row["extra_specs"].items():
+            if _ZONE_SPEC.search(key):
+                named = (named or set()) | {z.strip() for z in str(value).split(",") if z.strip()}
+    return named
 
 
 def check_pool(conn, pool: str | None) -> str:
@@ -223,10 +252,14 @@ def check_key(answers: Answers) -> Path | None:
     raise _refuse(f"--key {key}: not found (add --new-key to make one, or ssh-keygen -t ed25519 -f {key})")
 
 
-def check(answers: Answers) -> Checked:
-    """Every check, the login first; nothing is written here."""
+def check_project(answers: Answers) -> None:
     if not answers.project.is_dir() and not answers.project.parent.is_dir():
         raise _refuse(f"--project {answers.project}: neither it nor its parent folder exists")
+
+
+def check(answers: Answers) -> Checked:
+    """Every check, the login first; nothing is written here."""
+    check_project(answers)
     auth = check_cloud(answers)
     conn = login(auth)
     try:
@@ -326,7 +359,12 @@ def write(checked: Checked) -> list[Path]:
     return [*written, vars_path, env_path]
 
 
+def prepared(given: Answers) -> Answers:
+    """The given options, the project folder made absolute, over what the project already has."""
+    return merged(replace(given, project=given.project.expanduser().resolve()))
+
+
 def run(given: Answers) -> tuple[Checked, list[Path]]:
     """The non-interactive setup: merge, check everything, then write."""
-    checked = check(merged(replace(given, project=given.project.expanduser().resolve())))
+    checked = check(prepared(given))
     return checked, write(checked)

@@ -1,0 +1,203 @@
+"""The interactive `gpu-rent setup` on a real pseudo-terminal, against the ground's Keystone, Nova and Glance.
+
+A person's session, key by key: a cloud whose password Keystone refuses, then the right one; the pool, a GPU
+flavor (the list offers no CPU flavor), the image and a new key; doctor passes the project. A re-run answered with
+Enter alone changes no byte; Ctrl+C at a prompt writes nothing. setup and doctor only read the cloud.
+"""
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.groundkit import CLOUDS_YAML, IMAGE, POOL
+
+pytestmark = pytest.mark.ground
+
+BIN = Path(sys.executable).parent
+FLAVOR = "gpu.l4.1"
+SECRET = "not-the-password-0815"
+# a list's question, with its default when it has one: `number or name [ground]: `
+PICK = r"number or name(?: \[[^\]\n]*\])?: "
+KEY = r"\nkey(?: \[[^\]\n]*\])?: "
+# colours and cursor moves: the terminal shows them, the assertions read the text
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+class Terminal:
+    """`gpu-rent setup ARGS` on a pseudo-terminal, its stdin a terminal as a user's is; typed into like a person."""
+
+    def __init__(self, cwd: Path, *args: str, clouds: Path):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+        env["OS_CLIENT_CONFIG_FILE"] = str(clouds)
+        pid, fd = pty.fork()
+        if pid == 0:
+            try:
+                os.chdir(cwd)
+                # as a shell starts it: a test run in the background of a non-interactive shell ignores SIGINT,
+                # the exec keeps it ignored, and Ctrl+C would then do nothing (see test_preflight.py)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.execve(str(BIN / "gpu-rent"), ["gpu-rent", "setup", *args], env)
+            finally:
+                os._exit(127)
+        self.pid, self.fd, self.raw, self.mark = pid, fd, b"", 0
+        self.open = True
+
+    @property
+    def text(self) -> str:
+        return ANSI.sub("", self.raw.decode(errors="replace")).replace("\r", "")
+
+    def _read(self, seconds: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], seconds)
+        if not ready:
+            return
+        try:
+            chunk = os.read(self.fd, 4096)
+        except OSError:  # EIO: the command ended and closed the terminal
+            chunk = b""
+        self.raw += chunk
+        self.open = bool(chunk)
+
+    def until(self, question: str, timeout: float = 120) -> str:
+        """What was shown since the last answer, up to the question (a regex) that ends it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            match = re.search(question, self.text[self.mark :])
+            if match:
+                shown = self.text[self.mark : self.mark + match.end()]
+                self.mark += match.end()
+                return shown
+            if not self.open or time.monotonic() > deadline:
+                pytest.fail(f"no {question!r} within {timeout:.0f} s: {self.text}")
+            self._read(1)
+
+    def answer(self, question: str, typed: str) -> str:
+        """Waits for the question, types the answer and Enter; what was shown before it."""
+        shown = self.until(question)
+        time.sleep(0.3)  # a person reads the question first; keys typed before input() reads are kept anyway
+        os.write(self.fd, typed.encode() + b"\r")
+        return shown
+
+    def interrupt(self, question: str) -> None:
+        """Ctrl+C at the question; pressed again after a few seconds, as a person does when nothing happened.
+
+        A Ctrl+C within microseconds of the prompt can land before input() blocks in read(), and CPython then
+        sees it only after Enter (see test_preflight.py)."""
+        self.until(question)
+        for _ in range(3):
+            time.sleep(0.5)
+            os.write(self.fd, b"\x03")
+            deadline = time.monotonic() + 5
+            while self.open and time.monotonic() < deadline:
+                self._read(0.5)
+            if not self.open:
+                return
+
+    def end(self, timeout: float = 300) -> tuple[int, str]:
+        """(exit code, all it showed) once it ended."""
+        deadline = time.monotonic() + timeout
+        try:
+            while self.open:
+                if time.monotonic() > deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    pytest.fail(f"setup did not end within {timeout:.0f} s: {self.text}")
+                self._read(1)
+        finally:
+            _, status = os.waitpid(self.pid, 0)
+            os.close(self.fd)
+        return os.waitstatus_to_exitcode(status), self.text
+
+
+@pytest.fixture
+def clouds(member_conn, tmp_path) -> Path:
+    """The ground's clouds.yaml plus `ground-wrong`: the same user with a password Keystone refuses."""
+    config = yaml.safe_load(CLOUDS_YAML.read_text())
+    wrong = yaml.safe_load(yaml.safe_dump(config["clouds"]["ground"]))
+    wrong["auth"]["password"] = SECRET
+    config["clouds"]["ground-wrong"] = wrong
+    path = tmp_path / "clouds.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def first_setup(project: Path, clouds: Path) -> tuple[int, str, dict[str, str]]:
+    """The walk through every question of a new project: (exit code, all shown, what each list showed)."""
+    term = Terminal(project.parent, "--project", str(project), clouds=clouds)
+    lists = {"clouds": term.answer(PICK, "ground-wrong")}
+    lists["refused"] = term.answer(PICK, "ground")
+    lists["pools"] = term.answer(PICK, POOL)
+    lists["flavors"] = term.answer(PICK, FLAVOR)
+    lists["images"] = term.answer(PICK, IMAGE)
+    lists["key"] = term.answer(KEY, "new")
+    code, shown = term.end()
+    return code, shown, lists
+
+
+def doctor(project: Path) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    result = subprocess.run(
+        [str(BIN / "gpu-rent"), "doctor"], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_a_walk_through_every_question_writes_a_project_doctor_passes(tmp_path, clouds):
+    project = tmp_path / "project"
+    code, shown, lists = first_setup(project, clouds)
+    assert code == 0, shown
+    assert "ground-wrong" in lists["clouds"] and "127.0.0.1:5000" in lists["clouds"]
+    assert "refused the login" in lists["refused"] and lists["refused"].count("error:") == 1
+    assert 'logged in: cloud "ground"' in lists["pools"]
+    assert re.search(rf"\n +\d+\. {re.escape(POOL)}( \*)?\n", lists["pools"]), lists["pools"]
+    flavors = lists["flavors"].split("GPU flavor", 1)[1]
+    assert FLAVOR in flavors and "gpu.a100.1" in flavors and "gpu.a10.1" in flavors
+    assert "m1.small" not in flavors
+    assert IMAGE in lists["images"].split("Image (GPU images first)", 1)[1]
+    assert "SSH key" in lists["key"]
+    assert f"next: gpu-rent up --project {project}" in " ".join(shown.split())
+    assert SECRET not in shown and "Traceback" not in shown
+    env = (project / ".env").read_text()
+    assert f"OS_CLOUD=ground\nOS_CLIENT_CONFIG_FILE={clouds}\nGPU_RENT_SSH_KEY={project / 'id_ed25519'}\n" in env
+    assert (project / "id_ed25519").is_file()
+    code, said = doctor(project)
+    assert code == 0 and "FAIL" not in said, said
+
+
+def test_a_rerun_answered_with_enter_alone_changes_no_byte(tmp_path, clouds):
+    project = tmp_path / "project"
+    assert first_setup(project, clouds)[0] == 0
+    files = {name: (project / name).read_bytes() for name in (".env", "gpu-rent.vars", "id_ed25519")}
+    term = Terminal(project, clouds=clouds)  # in the project folder, no --project: as a user re-runs it
+    defaults = [term.answer(PICK, "").rsplit("\n", 1)[-1] for _ in range(4)]
+    defaults.append(term.answer(KEY, "").rsplit("\n", 1)[-1])
+    code, shown = term.end()
+    assert code == 0, shown
+    assert defaults == [
+        "number or name [ground]: ",
+        f"number or name [{POOL}]: ",
+        f"number or name [{FLAVOR}]: ",
+        f"number or name [{IMAGE}]: ",
+        f"key [{project / 'id_ed25519'}]: ",
+    ]
+    assert {name: (project / name).read_bytes() for name in files} == files
+
+
+def test_ctrl_c_at_the_flavor_question_writes_nothing_and_exits_130(tmp_path, clouds):
+    project = tmp_path / "project"
+    term = Terminal(tmp_path, "--project", str(project), clouds=clouds)
+    term.answer(PICK, "ground")
+    term.answer(PICK, POOL)
+    term.interrupt(PICK)
+    code, shown = term.end()
+    assert "GPU flavor" in shown.rsplit("Pool (availability zone)", 1)[1]  # it was the flavor question
+    assert code == 130, shown
+    assert "canceled: nothing written" in shown and "Traceback" not in shown
+    assert not project.exists()
