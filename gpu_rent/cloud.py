@@ -8,7 +8,8 @@ without a cloud.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -90,12 +91,36 @@ def observe(conn, prefix: str) -> CloudView:
     The four lists go out side by side: status is read often, and on a real cloud each call costs far
     more than on loopback."""
     wanted = names(prefix)
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="observe") as pool:
-        servers = pool.submit(_servers, conn, wanted)
-        volumes = pool.submit(_volumes, conn, wanted)
-        ips = pool.submit(_floating_ips, conn)
-        snapshots = pool.submit(_snapshots, conn, wanted)
-    return CloudView(servers.result(), volumes.result(), ips.result(), snapshots.result())
+    servers, volumes, ips, snapshots = side_by_side(
+        lambda: _servers(conn, wanted),
+        lambda: _volumes(conn, wanted),
+        lambda: _floating_ips(conn),
+        lambda: _snapshots(conn, wanted),
+    )
+    return CloudView(servers, volumes, ips, snapshots)
+
+
+def side_by_side(*calls: Callable[[], object]) -> list:
+    """Each call's result, the calls run at once; the first error is raised. Daemon threads: Ctrl+C ends
+    the command at once even when the network hangs (a pool's threads would be waited for at exit)."""
+    results: list = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def run(i: int, call: Callable[[], object]) -> None:
+        try:
+            results[i] = call()
+        except BaseException as e:  # handed to the caller's thread, raised there
+            errors[i] = e
+
+    threads = [threading.Thread(target=run, args=(i, c), daemon=True, name="observe") for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
 
 
 def _servers(conn, wanted: dict) -> tuple[Server, ...]:

@@ -447,9 +447,11 @@ def _delete(cfg: Config, credential: dict, now: float, say, reason: str = "") ->
         login = with_retries(lambda: authenticate(cfg))
         done = with_retries(lambda: delete_server(cfg, login))
     except CredentialRefused as e:
+        _forget_last_words(cfg)  # the server stays: words left would blame the killer for a later stop
         credential.update(state="refused", checked_at=now, message=str(e))
         return {"acted": f"CREDENTIAL REFUSED, cannot delete this server: {e}"}
     except Unreachable as e:
+        _forget_last_words(cfg)
         return {"acted": f"delete failed, tried again next tick: {e}"}
     credential.update(state="ok", checked_at=now, message=None)
     acted = {"acted": done, "deleted_at": time.time()}  # when Nova took the DELETE
@@ -461,6 +463,12 @@ def _delete(cfg: Config, credential: dict, now: float, say, reason: str = "") ->
         acted["acted"] = f"{done}; {acted['floating_ip']}"
     _last_words(cfg, {**words, "acted": acted["acted"], "deleted_at": acted["deleted_at"]})
     return acted
+
+
+def _forget_last_words(cfg: Config) -> None:
+    if cfg.last_words_file:
+        with contextlib.suppress(OSError):
+            os.unlink(cfg.last_words_file)
 
 
 def _last_words(cfg: Config, words: dict) -> None:

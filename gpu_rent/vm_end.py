@@ -29,6 +29,11 @@ END_FILE = "last-end.json"
 # A kill may land this long before the deadline the killer named (a tick waits for the deadline to the
 # second; clocks of the laptop and the VM may differ a little).
 SLACK_SECONDS = 120
+# ... and this long after it (a tick, retries, Nova's own time): a delete later than that came after
+# work moved the deadline, or from someone else, and is not put on the killer on a stale report.
+LATE_SECONDS = 600
+# how a report says its DELETE did not go through (idle_killer._delete)
+FAILED = ("delete failed", "CREDENTIAL REFUSED")
 
 KILLER, ELSEWHERE = "idle-killer", "elsewhere"
 
@@ -43,14 +48,20 @@ def judge(server_id: str, deleted_at: float | None, seen: dict | None) -> dict:
     if not seen or seen.get("server_id") != server_id:
         return end
     tick_at = _number(seen.get("tick_at"))
-    if seen.get("action") == "delete":
+    took = not str(seen.get("acted") or "").startswith(FAILED)
+    if seen.get("action") == "delete" and (took or _near(deleted_at, tick_at)):
         at = deleted_at or _number(seen.get("deleted_at")) or tick_at
         return {**end, "at": at, "by": KILLER, "reason": seen.get("reason"), "source": "report"}
     fires_at = _number(seen.get("fires_at"))
-    if fires_at and deleted_at and deleted_at >= fires_at - SLACK_SECONDS and tick_at:
+    if fires_at and tick_at and _near(deleted_at, fires_at):
         said = f"its report at {_clock(tick_at)}: {seen.get('reason')}; fires at {_clock(fires_at)}"
         return {**end, "by": KILLER, "reason": said, "source": "deadline"}
     return end
+
+
+def _near(deleted_at: float | None, moment: float | None) -> bool:
+    """Whether a delete at deleted_at is the killer acting at moment (its deadline, or its failed try)."""
+    return bool(deleted_at and moment and moment - SLACK_SECONDS <= deleted_at <= moment + LATE_SECONDS)
 
 
 def from_last_words(words: dict) -> dict:

@@ -1,8 +1,19 @@
 """Reconcile and leftovers: pure decisions over one look at the cloud."""
 
+import threading
+
 import pytest
 
-from gpu_rent.cloud import CloudView, FloatingIP, Server, leftovers, missing_preemptible, reconcile, stale_ids
+from gpu_rent.cloud import (
+    CloudView,
+    FloatingIP,
+    Server,
+    leftovers,
+    missing_preemptible,
+    reconcile,
+    side_by_side,
+    stale_ids,
+)
 from gpu_rent.runner import failure_message, unreachable_message
 from gpu_rent.state import Phase, State
 
@@ -98,3 +109,18 @@ def test_an_unreachable_vm_is_said_as_such_with_what_to_do():
         'the VM does not answer over SSH (Data could not be sent to remote host "10.0.0.5". Make sure this host can '
         "be reached over ssh); once it does, the same command resumes"
     )
+
+
+def test_side_by_side_runs_the_calls_at_once_keeps_their_order_and_raises_the_first_error():
+    meet = threading.Barrier(3, timeout=10)  # passes only when all three run at the same time
+
+    def call(value):
+        return lambda: (meet.wait(), value)[1]
+
+    assert side_by_side(call("servers"), call("volumes"), call("ips")) == ["servers", "volumes", "ips"]
+
+    def refused():
+        raise PermissionError("refused")
+
+    with pytest.raises(PermissionError, match="refused"):
+        side_by_side(lambda: 1, refused)

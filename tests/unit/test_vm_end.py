@@ -49,6 +49,10 @@ def test_a_delete_at_or_after_the_deadline_the_killer_named_is_the_killers():
         (T + 9999, report(server_id="another-server", action="delete")),  # a report of another VM
         (T + 600, None),  # no report on this machine
         (None, report(fires_at=T + 1620)),  # Nova does not say when: nothing to compare
+        (T + 4 * 3600, report(fires_at=T + 1620)),  # hours past a stale deadline: work moved it, or a hand
+        # a report of a DELETE that failed, and a delete in the cloud's panel hours later
+        (T + 4 * 3600, report(action="delete", acted="CREDENTIAL REFUSED, cannot delete this server: ...")),
+        (T + 4 * 3600, report(action="delete", acted="delete failed, tried again next tick: Nova: HTTP 503")),
     ],
 )
 def test_anything_else_is_not_blamed_on_the_killer(deleted_at, seen):
