@@ -19,25 +19,8 @@ COMMANDS = [
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    for var in [v for v in __import__("os").environ if v.startswith(("OS_", "GPU_RENT_"))]:
-        monkeypatch.delenv(var)
-    clouds = tmp_path / "clouds.yaml"
-    # port 9 (discard) on loopback: nothing answers, so no test can reach a cloud by accident
-    clouds.write_text(
-        textwrap.dedent("""\
-        clouds:
-          test:
-            auth:
-              auth_url: http://127.0.0.1:9/v3
-              username: u
-              password: s3cret-password
-              project_name: p
-              user_domain_name: Default
-              project_domain_name: Default
-            region_name: RegionOne
-        """)
-    )
+def project(tmp_path: Path, clouds_yaml) -> Path:
+    clouds = clouds_yaml(test="s3cret-password")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")], check=True)
     (tmp_path / ".env").write_text(
         f"OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE={clouds}\nGPU_RENT_SSH_KEY={tmp_path / 'key'}\n"

@@ -1,9 +1,7 @@
 """The interactive gpu-rent setup without a cloud: scripted answers, a stand-in cloud listing, an injected login."""
 
 import io
-import os
 import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,28 +61,9 @@ def prompter(script: Script) -> tuple[Prompter, io.StringIO]:
 
 
 @pytest.fixture
-def clouds(tmp_path: Path, monkeypatch) -> Path:
-    for var in [v for v in os.environ if v.startswith(("OS_", "GPU_RENT_"))]:
-        monkeypatch.delenv(var)
+def clouds(tmp_path: Path, monkeypatch, clouds_yaml) -> Path:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ssh/id_ed25519 unless a test makes one
-    entry = """\
-          {name}:
-            auth:
-              auth_url: http://127.0.0.1:9/v3
-              username: u
-              password: {password}
-              project_name: p
-              user_domain_name: Default
-              project_domain_name: Default
-            region_name: RegionOne
-    """
-    path = tmp_path / "clouds.yaml"
-    path.write_text(
-        "clouds:\n"
-        + textwrap.indent(textwrap.dedent(entry.format(name="good", password="s3cret-good")), "  ")
-        + textwrap.indent(textwrap.dedent(entry.format(name="wrong", password="s3cret-wrong")), "  ")
-    )
-    return path
+    return clouds_yaml(good="s3cret-good", wrong="s3cret-wrong")
 
 
 def logins(refused=("wrong",), conn=None):
