@@ -334,13 +334,23 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-def write_status(path: Path, status: dict) -> None:
+def write_status(path: Path, status: dict, durable: bool = False) -> None:
+    """Whole or not at all; durable: through to the disk, its folder too (the guest may be cut off next)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(status, indent=1, sort_keys=True) + "\n")
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.chmod(partial, 0o644)
     os.replace(partial, path)
+    if durable:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 @contextlib.contextmanager
@@ -478,19 +488,7 @@ def _last_words(cfg: Config, words: dict) -> None:
         return
     path = Path(cfg.last_words_file)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(words, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(partial, 0o644)
-        os.replace(partial, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_status(path, words, durable=True)
     except OSError as e:
         print(f"{WARNING}last words not kept at {path}: {e}", file=sys.stderr)
 

@@ -236,11 +236,8 @@ class Rental:
             conn = connect(self.settings)
             recorded = state.resources.get("server")
             self._run(state, "stop", "stopping")
-            end = vm_end.read(self.settings.runtime_dir, vm_end.END_FILE) or {}
-            if recorded and end.get("server_id") != recorded:  # gone before this stop: whose doing was it
-                seen = vm_end.read(self.settings.runtime_dir, vm_end.SEEN_FILE)
-                end = vm_end.judge(recorded, vm_end.nova_deleted_at(conn, recorded), seen)
-                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, end)
+            if recorded:  # deleted by this stop (its playbook recorded that), or gone before: whose doing
+                vm_end.settle(self.settings.runtime_dir, conn, recorded)
             state.move_to(Phase.IDLE, "stop")
             self.store.save(state)
             return state

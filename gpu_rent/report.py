@@ -144,12 +144,8 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
         server = view.server(names["server"], state.resources.get("server"))
         stale = cloud.stale_ids(state, view)
-        gone = state.resources.get("server") if "server" in stale else None
-        known = (vm_end.read(settings.runtime_dir, vm_end.END_FILE) or {}).get("server_id")
-        if gone and known != gone:  # gone, not by gpu-rent stop, and the watchdog did not tell it: tell how, once
-            seen = vm_end.read(settings.runtime_dir, vm_end.SEEN_FILE)
-            end = vm_end.judge(gone, vm_end.nova_deleted_at(conn, gone), seen)
-            vm_end.write(settings.runtime_dir, vm_end.END_FILE, end)
+        if "server" in stale:  # gone, and not by gpu-rent stop (which forgets it): tell how, once
+            vm_end.settle(settings.runtime_dir, conn, state.resources["server"])
         if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
             state.move_to(phase, f"reconciled by status: {why}")
             for key in stale:

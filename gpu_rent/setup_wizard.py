@@ -17,6 +17,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 from gpu_rent import setup_catalog
+from gpu_rent.atomic import write_atomically
 from gpu_rent.config import DEFAULT_SSH_KEY, ENV_FILE, VARS_FILE, CloudAuth, ConfigError
 from gpu_rent.rental import CloudUnreachable
 
@@ -273,19 +274,6 @@ def check(answers: Answers) -> Checked:
 
 
 # ---------------------------------------------------------------------------------------------- writes
-
-
-def write_atomically(path: Path, text: str, mode: int) -> None:
-    """Whole or not at all: an interrupted setup never leaves half a .env behind."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _env_quote(value: str) -> str:

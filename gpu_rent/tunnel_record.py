@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from gpu_rent.atomic import write_atomically
 from gpu_rent.config import Settings
 
 RECORD_FILE = "tunnel.json"
@@ -69,10 +69,7 @@ def read_record(settings: Settings) -> dict | None:
 def _write_record(settings: Settings, record: dict) -> None:
     path = record_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tunnel.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(record, indent=1))
 
 
 def url(settings: Settings) -> str:

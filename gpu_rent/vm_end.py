@@ -19,10 +19,10 @@ from __future__ import annotations
 import calendar
 import contextlib
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
+
+from gpu_rent.atomic import write_atomically
 
 SEEN_FILE = "idle-killer-seen.json"
 END_FILE = "last-end.json"
@@ -117,10 +117,19 @@ def write(runtime_dir: Path, name: str, data: dict) -> None:
     """Atomically, and never fatal: these files only make a later line better."""
     with contextlib.suppress(OSError):
         runtime_dir.mkdir(parents=True, exist_ok=True)
-        fd, partial = tempfile.mkstemp(prefix=name + ".", suffix=".partial", dir=runtime_dir)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(partial, runtime_dir / name)
+        write_atomically(runtime_dir / name, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def settle(runtime_dir: Path, conn, server_id: str) -> dict:
+    """The end of a server found gone, judged once: an end already kept for it stands (stop's own, or the
+    watchdog's, which saw the report last); else Nova's delete time and the killer's last report."""
+    kept = read(runtime_dir, END_FILE)
+    if kept and kept.get("server_id") == server_id:
+        return kept
+    deleted_at = nova_deleted_at(conn, server_id) if conn is not None else None
+    end = judge(server_id, deleted_at, read(runtime_dir, SEEN_FILE))
+    write(runtime_dir, END_FILE, end)
+    return end
 
 
 # ---------------------------------------------------------------------------------------------- Nova

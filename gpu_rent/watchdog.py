@@ -284,13 +284,7 @@ class Session:
         """The server is gone: who deleted it, when and why, as status will tell it (kept for status)."""
         if not self.server_id:
             return why
-        try:
-            deleted_at = vm_end.nova_deleted_at(self._cloud, self.server_id) if self._cloud else None
-        except Exception:  # the account is for the user; the cloud's hiccup must not hide that the VM is gone
-            deleted_at = None
-        end = vm_end.judge(self.server_id, deleted_at, vm_end.read(self.settings.runtime_dir, vm_end.SEEN_FILE))
-        vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, end)
-        return f"the server was {vm_end.line(end)}"
+        return f"the server was {vm_end.line(vm_end.settle(self.settings.runtime_dir, self._cloud, self.server_id))}"
 
     async def _recover(self, why: str) -> None:
         now = time.time()

@@ -1,15 +1,14 @@
 """gpu-rent setup without a cloud: option errors, the files it writes, and what a re-run keeps."""
 
-import os
 import stat
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from gpu_rent import setup_wizard
+from gpu_rent.atomic import write_atomically
 from gpu_rent.cli import app
 from gpu_rent.config import ConfigError
 from gpu_rent.setup_wizard import Answers
@@ -19,26 +18,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu-rent.vars"
 
 
 @pytest.fixture
-def clouds(tmp_path: Path, monkeypatch) -> Path:
-    for var in [v for v in os.environ if v.startswith(("OS_", "GPU_RENT_"))]:
-        monkeypatch.delenv(var)
-    path = tmp_path / "clouds.yaml"
-    # port 9 (discard) on loopback: nothing answers, so no test can reach a cloud by accident
-    path.write_text(
-        textwrap.dedent("""\
-        clouds:
-          test:
-            auth:
-              auth_url: http://127.0.0.1:9/v3
-              username: u
-              password: s3cret-password
-              project_name: p
-              user_domain_name: Default
-              project_domain_name: Default
-            region_name: RegionOne
-        """)
-    )
-    return path
+def clouds(clouds_yaml) -> Path:
+    return clouds_yaml(test="s3cret-password")
 
 
 def setup(project: Path, *args: str):
@@ -140,7 +121,7 @@ def test_a_public_key_alone_is_enough(tmp_path):
 
 def test_files_are_written_whole_with_their_mode(tmp_path):
     path = tmp_path / ".env"
-    setup_wizard.write_atomically(path, "A=1\n", 0o600)
+    write_atomically(path, "A=1\n", 0o600)  # gpu_rent/atomic.py, which setup writes .env with
     assert path.read_text() == "A=1\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == [".env"]

@@ -82,6 +82,16 @@ def test_damaged_values_never_break_the_line():
     assert vm_end.line({"by": "idle-killer", "at": "x"}) == "deleted by the idle-killer (time unknown)"
 
 
+def test_a_gone_server_is_settled_once_and_an_end_kept_for_it_stands(tmp_path):
+    vm_end.write(tmp_path, vm_end.SEEN_FILE, report(action="delete", deleted_at=T + 1))
+    end = vm_end.settle(tmp_path, None, SERVER)  # no cloud to ask: the report's own time
+    assert end["by"] == "idle-killer" and end["at"] == T + 1
+    assert vm_end.read(tmp_path, vm_end.END_FILE) == end
+    vm_end.write(tmp_path, vm_end.END_FILE, vm_end.stopped(SERVER, T + 5))  # stop's own end, kept first
+    assert vm_end.settle(tmp_path, None, SERVER)["by"] == "gpu-rent stop"
+    assert vm_end.settle(tmp_path, None, "another-server")["by"] == "elsewhere"  # another server: judged anew
+
+
 def test_the_files_are_written_whole_and_a_damaged_one_reads_as_none(tmp_path):
     vm_end.write(tmp_path / "rt", vm_end.END_FILE, {"a": 1})
     assert vm_end.read(tmp_path / "rt", vm_end.END_FILE) == {"a": 1}
