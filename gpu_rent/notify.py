@@ -1,8 +1,8 @@
 """A desktop notification when a long step ends (SwarmUI ready, the VM back after a preemption).
 
 desktop-notifier speaks each platform's own service (Windows toasts, macOS Notification Center,
-freedesktop D-Bus on Linux); where none answers (a server, CI, a bare WSL), a terminal bell.
-A cancel never notifies (the user is at the keyboard).
+freedesktop D-Bus on Linux); in WSL the desktop is Windows', reached through powershell.exe; where none
+answers (a server, CI), a terminal bell. A cancel never notifies (the user is at the keyboard).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import contextlib
 import logging
 import os
 import sys
+
+from gpu_rent import wsl
 
 APP = "gpu-rent"
 TIMEOUT = 3.0  # a notifier that does not answer must not hold up the command
@@ -52,6 +54,9 @@ async def _send(title: str, message: str) -> bool:
 
 def notify(title: str, message: str) -> str:
     """Show it; returns how: "desktop", "bell" or "none" (no notifier and no terminal)."""
+    with contextlib.suppress(Exception):  # WSL interop switched off, a Windows that refuses: the Linux way then
+        if wsl.toast(title, message):
+            return "desktop"
     with contextlib.suppress(Exception):  # no D-Bus session, no notification service, no permission
         if _has_desktop() and asyncio.run(_send(title, message)):
             return "desktop"

@@ -24,15 +24,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import ansible_runner
-
 from gpu_rent import orphans, progress_line
+from gpu_rent.lazy import lazy
 from gpu_rent.pids import pid_alive
 from gpu_rent.progress_line import ProgressLine
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOKS = REPO / "playbooks"
 GRACE_SECONDS = 5.0
+# ansible_runner imports fcntl on every platform: loaded only when a playbook runs, so the laptop-only
+# commands start where fcntl is missing (Windows; tests/unit/test_no_posix_modules.py)
+ansible_runner = lazy("ansible_runner")
 
 
 # ansible-runner records the job's whole environment in its artifacts: no cloud

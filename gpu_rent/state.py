@@ -7,11 +7,9 @@ only ever replaced whole, and a file that cannot be read is kept aside for inspe
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,9 +17,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from gpu_rent.file_lock import FileLock, Timeout
+
 RUNTIME_DIR = ".gpu-rent"
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
+# Who holds the lock, for the message of the one who waits: apart from the lock file, which the lock library may
+# remove on release (Windows) or fill with its own marker (where fcntl is missing).
+HOLDER_FILE = "lock.holder"
 VERSION = 1
 
 
@@ -228,6 +231,8 @@ class State:
 
 def _fsync_dir(directory: Path) -> None:
     # The rename itself lives in the directory; without this a power loss can bring back the old file.
+    if not hasattr(os, "O_DIRECTORY"):  # Windows opens no directory as a file; NTFS journals the rename itself
+        return
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -241,6 +246,7 @@ class StateStore:
         self.dir = self.project_dir / RUNTIME_DIR
         self.path = self.dir / STATE_FILE
         self.lock_path = self.dir / LOCK_FILE
+        self.holder_path = self.dir / HOLDER_FILE
 
     def ensure_dir(self) -> Path:
         """Create `.gpu-rent/` (private) with a `.gitignore` so runtime files never get committed."""
@@ -284,7 +290,8 @@ class StateStore:
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{STATE_FILE}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as out:
-                os.fchmod(out.fileno(), 0o600)
+                if hasattr(os, "fchmod"):  # POSIX; Windows has no modes to set
+                    os.fchmod(out.fileno(), 0o600)
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
@@ -296,9 +303,9 @@ class StateStore:
         _fsync_dir(self.dir)
 
     def holder(self) -> StateLocked:
-        """Who the lock file says holds the lock (fields None when unknown); for messages only."""
+        """Who the holder file says holds the lock (fields None when unknown); for messages only."""
         try:
-            record = json.loads(self.lock_path.read_text(encoding="utf-8"))
+            record = json.loads(self.holder_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return StateLocked()
         if not isinstance(record, dict):
@@ -315,28 +322,28 @@ class StateStore:
     def lock(self, command: str, wait: float = 3.0) -> Iterator[None]:
         """Hold the project's lock while `command` changes things; StateLocked if not free within `wait` s.
 
-        flock belongs to the open file, so the kernel releases it when the holder dies however it dies:
-        a leftover lock file is never a stale lock.
+        The lock belongs to an open file (flock, or LockFileEx on Windows), so the system releases it when the
+        holder dies however it dies: a leftover lock file is never a stale lock. Where fcntl is missing, the lock
+        file names the holder's process instead, and a waiter takes over the lock of one that is gone.
         """
         self.ensure_dir()
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        lock = FileLock(self.lock_path, mode=0o600, thread_local=False)
         try:
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise self.holder() from None
-                    time.sleep(0.1)
-            record = {"pid": os.getpid(), "command": command, "since": iso_utc()}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(record).encode("utf-8"), 0)
-            try:
-                yield
-            finally:
-                # Cleared before release so a record never outlives the lock it describes (normal exits only).
-                os.ftruncate(fd, 0)
+            lock.acquire(timeout=max(wait, 0), poll_interval=0.1)
+        except Timeout:
+            raise self.holder() from None
+        try:
+            self._write_holder({"pid": os.getpid(), "command": command, "since": iso_utc()})
+            yield
         finally:
-            os.close(fd)
+            try:
+                # Cleared before release so a record never outlives the lock it describes (normal exits only).
+                self._write_holder(None)
+            finally:
+                lock.release()
+
+    def _write_holder(self, record: dict[str, Any] | None) -> None:
+        text = "" if record is None else json.dumps(record)
+        fd = os.open(self.holder_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)

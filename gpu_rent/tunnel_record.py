@@ -6,14 +6,14 @@ Kept apart from the watchdog so that reading them imports no SSH and no Ansible 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from gpu_rent.atomic import write_atomically
 from gpu_rent.config import Settings
+from gpu_rent.file_lock import FileLock
 
 RECORD_FILE = "tunnel.json"
-# Held (flock) by the tunnel process for its whole life: the kernel drops it however the process ends,
+# Held by the tunnel process for its whole life: the system drops it however the process ends (gpu_rent/file_lock),
 # so a record whose pid was reused by another program is never taken for a live tunnel.
 ALIVE_FILE = "tunnel.alive"
 
@@ -22,36 +22,24 @@ def record_path(settings: Settings) -> Path:
     return settings.runtime_dir / RECORD_FILE
 
 
-def _hold_alive(settings: Settings):
-    """Take the tunnel's life lock (an open file the caller keeps); None when another process holds it."""
+def _hold_alive(settings: Settings) -> FileLock | None:
+    """Take the tunnel's life lock (the caller keeps the returned lock); None when another process holds it."""
     path = settings.runtime_dir / ALIVE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")  # noqa: SIM115 - kept open for the life of the process
+    lock = FileLock(path, mode=0o600, thread_local=False)
     try:
-        _lock(handle)
-    except OSError:
-        handle.close()
+        lock.acquire(timeout=0)
+    except OSError:  # Timeout among them: held; any other error is read as held too, never as a dead tunnel
         return None
-    return handle
-
-
-def _lock(handle) -> None:
-    if os.name == "nt":
-        import msvcrt
-
-        msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
-    else:
-        import fcntl
-
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return lock
 
 
 def tunnel_alive(settings: Settings) -> bool:
     """Whether a tunnel process of this project holds its life lock now."""
-    handle = _hold_alive(settings)
-    if handle is None:
+    lock = _hold_alive(settings)
+    if lock is None:
         return True
-    handle.close()  # closing releases it
+    lock.release()
     return False
 
 

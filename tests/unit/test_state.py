@@ -304,7 +304,7 @@ def test_lock_is_free_after_holder_ends(tmp_path: Path, holder: subprocess.Popen
     holder.wait(timeout=10)
     started = time.monotonic()
     with store.lock("up", wait=0.3):
-        record = json.loads(store.lock_path.read_text())
+        record = json.loads(store.holder_path.read_text())
         assert (record["command"], record["pid"]) == ("up", os.getpid())
     assert time.monotonic() - started < 0.3
 
@@ -318,7 +318,7 @@ def test_lock_within_one_process(tmp_path: Path) -> None:
         assert caught.value.command == "up"
     with store.lock("stop", wait=0):
         pass
-    assert store.lock_path.read_text() == ""  # a released lock leaves no record behind
+    assert store.holder_path.read_text() == ""  # a released lock leaves no record behind
 
 
 def test_locked_message_without_a_record() -> None:
