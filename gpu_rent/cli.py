@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shlex
 import sys
 import time
@@ -184,13 +185,77 @@ def setup(
     new_key: Annotated[
         bool, typer.Option("--new-key", help="Make an ed25519 key (in the project folder unless --key says where).")
     ] = False,
+    auth_url: Annotated[
+        str | None,
+        typer.Option("--auth-url", help="Keystone URL, for typed OS_* values instead of --cloud (OS_AUTH_URL)."),
+    ] = None,
+    username: Annotated[
+        str | None,
+        typer.Option("--username", help="User to log in as (OS_USERNAME); the password is read from OS_PASSWORD."),
+    ] = None,
+    project_name: Annotated[str | None, typer.Option("--project-name", help="Project (OS_PROJECT_NAME).")] = None,
+    user_domain: Annotated[
+        str | None,
+        typer.Option("--user-domain", help="The user's domain (OS_USER_DOMAIN_NAME).", show_default="Default"),
+    ] = None,
+    project_domain: Annotated[
+        str | None,
+        typer.Option("--project-domain", help="The project's domain (OS_PROJECT_DOMAIN_NAME).", show_default="Default"),
+    ] = None,
+    region: Annotated[
+        str | None,
+        typer.Option("--region", help="Region (OS_REGION_NAME).", show_default="the catalog's only region"),
+    ] = None,
+    credential_id: Annotated[
+        str | None,
+        typer.Option(
+            "--application-credential-id",
+            help="Log in with an application credential (its secret read from OS_APPLICATION_CREDENTIAL_SECRET).",
+        ),
+    ] = None,
+    price: Annotated[
+        str | None,
+        typer.Option("--price-per-hour", help='Price of the flavor per hour (PRICE_PER_HOUR); "" unsets it.'),
+    ] = None,
+    flavor_fallback: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--flavor-fallback", help='A GPU flavor to try when FLAVOR has no capacity, repeatable; "" for none.'
+        ),
+    ] = None,
 ) -> None:
     """Make a project folder: check the login, pool, GPU flavor, image and SSH key, then write .env and gpu-rent.vars.
 
     On a terminal it asks, offering what the cloud has (the options and the project's values are the defaults).
     Nothing is written until every check passed. A re-run keeps the values it is not given. Then it runs doctor.
+    The login is a clouds.yaml entry (--cloud) or typed OS_* values (--auth-url ...); a password or secret is read
+    from the environment only, never from an option: the command line is visible to every user of the machine.
     """
-    given = setup_wizard.Answers(project, cloud_name, clouds_yaml, pool, flavor, image, key, new_key)
+    # the secrets from the environment: argv is visible in ps, the environment is not
+    login = setup_wizard.Login(
+        auth_url=auth_url,
+        username=username,
+        password=os.environ.get("OS_PASSWORD") or None,
+        project_name=project_name,
+        user_domain=user_domain,
+        project_domain=project_domain,
+        region=region,
+        credential_id=credential_id,
+        credential_secret=os.environ.get("OS_APPLICATION_CREDENTIAL_SECRET") or None,
+    )
+    given = setup_wizard.Answers(
+        project,
+        cloud_name,
+        clouds_yaml,
+        pool,
+        flavor,
+        image,
+        key,
+        new_key,
+        login=login,
+        price=price,
+        flavor_fallback=None if flavor_fallback is None else tuple(flavor_fallback),
+    )
     if not non_interactive and not sys.stdin.isatty():
         error("no terminal to ask on: use gpu-rent setup --non-interactive --cloud NAME --pool P --flavor F --image I")
         raise typer.Exit(ExitCode.BAD_INPUT)
@@ -203,7 +268,8 @@ def setup(
     except HANDLED as e:
         raise _fail(e) from None
     a = checked.answers
-    checks = f"{a.cloud}, pool {a.pool}, {checked.flavor.describe()}, image {a.image}"
+    who = a.cloud if a.cloud else checked.auth.describe()
+    checks = f"{who}, pool {a.pool}, {checked.flavor.describe()}, image {a.image}"
     console.print(f"[green]checked[/]: {escape(checks)}")
     if a.new_key and checked.key_to_make is None:
         note(f"new key: {a.key} is there already; kept, not replaced")
@@ -547,9 +613,12 @@ def open_command(project: ProjectOption = Path(".")) -> None:
     """Open SwarmUI in the browser, opening the tunnel first when none runs."""
     import webbrowser
 
+    from gpu_rent import wsl
+
     settings = _settings(project)
     record = _open_tunnel(settings)
-    if not webbrowser.open(record["url"]):
+    # In WSL the browser is Windows'; Python's webbrowser would look for one inside Linux
+    if not (wsl.open_in_windows(record["url"]) or webbrowser.open(record["url"])):
         note(f"no browser found here: open {record['url']} yourself")
 
 

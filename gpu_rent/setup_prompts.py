@@ -17,10 +17,13 @@ from rich.markup import escape
 from gpu_rent import setup_catalog, setup_wizard
 from gpu_rent.config import CloudAuth, ConfigError
 from gpu_rent.rental import CloudUnreachable
-from gpu_rent.setup_wizard import Answers, Checked
+from gpu_rent.setup_wizard import APP_CREDENTIAL, PASSWORD, Answers, Checked, Login
 
 LOGIN_TRIES = 3
 NEW = "new"
+NONE = "none"
+# the first list's two entries beside the clouds.yaml ones: what is picked -> the kind of typed login
+TYPED = {"os-values": PASSWORD, "app-credential": APP_CREDENTIAL}
 # the places openstacksdk reads a clouds.yaml from, for the line that says none was found
 USUAL_PLACES = "./clouds.yaml, ~/.config/openstack/clouds.yaml, /etc/openstack/clouds.yaml"
 
@@ -35,9 +38,17 @@ class Choice:
 class Prompter:
     """Where the questions go and the answers come from: the terminal, or in tests a script of answers."""
 
-    def __init__(self, out: Console, err: Console, read: Callable[[str], str] | None = None):
+    def __init__(
+        self,
+        out: Console,
+        err: Console,
+        read: Callable[[str], str] | None = None,
+        read_hidden: Callable[[str], str] | None = None,
+    ):
         self.out, self.err = out, err
         self._read = read or (lambda prompt: out.input(prompt))
+        # no echo: a password typed here must not stay on the screen nor in a terminal's scrollback
+        self._read_hidden = read_hidden or read or (lambda prompt: out.input(prompt, password=True))
 
     def say(self, markup: str) -> None:
         self.out.print(markup, highlight=False)
@@ -49,6 +60,11 @@ class Prompter:
         """The answer, stripped; Enter alone is the default. Ctrl+C raises KeyboardInterrupt, Ctrl+D EOFError."""
         shown = f" [cyan]\\[{escape(default)}][/]" if default else ""
         return self._read(f"{escape(question)}{shown}: ").strip() or (default or "")
+
+    def ask_hidden(self, question: str, kept: str | None) -> str:
+        """A secret typed without echo, as typed (a password may well have spaces); Enter alone keeps kept."""
+        hint = " (hidden; Enter keeps the stored one)" if kept else " (hidden)"
+        return self._read_hidden(f"{escape(question)}{hint}: ") or (kept or "")
 
 
 def pick(choices: Sequence[Choice], answer: str) -> str | None:
@@ -90,27 +106,105 @@ def _cloud_line(answers: Answers, name: str) -> str:
         return name
 
 
-def credentials(p: Prompter, answers: Answers, login: Callable) -> tuple[CloudAuth, object]:
-    """A clouds.yaml entry whose login Keystone accepted, and the open connection; re-asked after a refusal."""
-    names, where = setup_wizard.cloud_names(answers)
-    if not names:
-        looked = where or answers.clouds_yaml or USUAL_PLACES
-        raise ConfigError(setup_wizard.WHERE, f"no cloud in a clouds.yaml (looked in {looked}): add one, see README")
+def _typed_choice(login: Login | None) -> str | None:
+    return next((word for word, kind in TYPED.items() if login and login.kind == kind), None)
+
+
+def _required(p: Prompter, question: str, default: str | None, hidden: bool = False) -> str:
+    while True:
+        answer = p.ask_hidden(question, default) if hidden else p.ask(question, default)
+        if answer:
+            return answer
+        p.refuse(f"{question}: required")
+
+
+def _auth_url(p: Prompter, default: str | None) -> str:
+    while True:
+        answer = _required(p, "auth URL (Keystone, e.g. https://keystone.example.com:5000/v3)", default)
+        if setup_wizard.HTTP_URL.fullmatch(answer):
+            return answer
+        p.refuse(f"{answer}: not an http(s) URL")
+
+
+def typed_login(p: Prompter, kind: str, known: Login | None) -> Login:
+    """The OS_* values of one kind of login, typed; known's values are the defaults, its secret kept on Enter."""
+    known = known or Login()
+    same = known.kind == kind  # a password is no default for a credential's secret, nor a user for its id
+    url = _auth_url(p, known.auth_url)
+    if kind == setup_wizard.PASSWORD:
+        username = _required(p, "username", known.username if same else None)
+        password = _required(p, "password", known.password if same else None, hidden=True)
+        project = _required(p, "project name", known.project_name if same else None)
+        user_domain = _required(p, "user domain", (same and known.user_domain) or setup_wizard.DEFAULT_DOMAIN)
+        domain = _required(p, "project domain", (same and known.project_domain) or setup_wizard.DEFAULT_DOMAIN)
+        login = Login(kind, url, username, password, project, user_domain, domain)
+    else:
+        credential = _required(p, "application credential id", known.credential_id if same else None)
+        secret = _required(p, "application credential secret", known.credential_secret if same else None, True)
+        login = Login(kind, url, credential_id=credential, credential_secret=secret)
+    region = p.ask("region (Enter: the one the catalog has)", known.region)
+    return replace(login, region=None if region.lower() == NONE else region or None)
+
+
+def region(p: Prompter, answers: Answers, auth: CloudAuth, conn, login: Callable) -> tuple[Answers, CloudAuth, object]:
+    """A typed login's region, checked against the catalog the login brought: its only one, or picked from it."""
+    if answers.login is None:
+        return answers, auth, conn
+    regions = setup_wizard.catalog_regions(conn)
+    wanted = answers.login.region
+    if regions and wanted not in regions:
+        if wanted:
+            p.refuse(f"region {wanted}: not in the cloud's catalog (regions: {', '.join(regions)})")
+        if len(regions) == 1:
+            wanted = regions[0]
+        else:
+            wanted = choose(p, "Region (from the cloud's catalog)", [Choice(r, r) for r in regions], None)
+    answers, auth, conn = setup_wizard.in_region(auth, conn, answers, wanted, login)
+    if wanted:
+        p.say(f"region: {escape(wanted)}")
+    return answers, auth, conn
+
+
+def credentials(p: Prompter, answers: Answers, login: Callable) -> tuple[Answers, CloudAuth, object]:
+    """A clouds.yaml entry or typed OS_* values whose login Keystone accepted, and the open connection; asked
+    again after a refusal."""
+    try:
+        names, where = setup_wizard.cloud_names(answers)
+    except ConfigError as e:  # a broken clouds.yaml must not stop typed values
+        p.refuse(e.message)
+        names, where = [], None
     choices = [Choice(name, _cloud_line(answers, name)) for name in names]
-    default = answers.cloud
+    choices += [
+        Choice("os-values", "os-values: type the OS_* values (auth URL, user, password, project)"),
+        Choice("app-credential", "app-credential: an application credential (auth URL, id, secret)"),
+    ]
+    looked = where or answers.clouds_yaml or USUAL_PLACES
+    title = f"Cloud (clouds.yaml: {where})" if names else f"Cloud (no clouds.yaml entry in {looked})"
+    default = answers.cloud or _typed_choice(answers.login)
+    known = answers.login
     for attempt in range(1, LOGIN_TRIES + 1):
-        name = choose(p, f"Cloud (clouds.yaml: {where})", choices, default)
+        picked = choose(p, title, choices, default)
+        typed = None
         try:
-            auth = setup_wizard.check_cloud(replace(answers, cloud=name))
+            if picked in names:  # an entry named like one of the two words is the entry: it is listed first
+                candidate = replace(answers, cloud=picked, login=None)
+                auth = setup_wizard.check_cloud(candidate)
+            else:
+                typed = typed_login(p, TYPED[picked], known)
+                candidate = replace(answers, cloud=None, login=typed)
+                auth = setup_wizard.check_login(typed)
             conn = login(auth)
         except (ConfigError, CloudUnreachable) as e:
             if attempt == LOGIN_TRIES:
                 raise
             p.refuse(e.message if isinstance(e, ConfigError) else str(e))
-            default = None if name == default else default  # Enter must not try the refused login again
+            if typed is None:
+                default = None if picked == default else default  # Enter must not try the refused login again
+            else:  # the typed values stay the defaults, all but the secret Keystone may have refused
+                default, known = picked, replace(typed, password=None, credential_secret=None)
             continue
         p.say(f"[green]logged in[/]: {escape(auth.describe())}")
-        return auth, conn
+        return region(p, candidate, auth, conn, login)
     raise AssertionError("unreachable: the last refusal is raised")
 
 
@@ -124,8 +218,8 @@ def pool(p: Prompter, conn, answers: Answers) -> str:
     return setup_wizard.check_pool(conn, choose(p, title, choices, answers.pool))
 
 
-def flavor(p: Prompter, conn, answers: Answers) -> setup_catalog.GpuFlavor:
-    """GPU flavors only: a CPU flavor is never offered, so it cannot be picked by mistake."""
+def flavor(p: Prompter, conn, answers: Answers) -> tuple[setup_catalog.GpuFlavor, list[Choice]]:
+    """GPU flavors only: a CPU flavor is never offered, so it cannot be picked by mistake; the pick and the list."""
     flavors = setup_wizard.flavor_choices(conn)
     if not flavors:
         raise ConfigError(setup_wizard.WHERE, "the cloud has no GPU flavor (none has a GPU in its extra specs or name)")
@@ -137,10 +231,47 @@ def flavor(p: Prompter, conn, answers: Answers) -> setup_catalog.GpuFlavor:
         return f"{f.describe()}, {price}/hour" if price and f is current else f.describe()
 
     choices = [Choice(f.label, line(f), (f.id,)) for f in flavors]
-    picked = setup_wizard.check_flavor(conn, choose(p, "GPU flavor", choices, answers.flavor))
-    if price and current is not None and picked != current:
-        p.say(f"[yellow]PRICE_PER_HOUR={escape(price)} in gpu-rent.vars is {escape(current.label)}'s: update it[/]")
-    return picked
+    return setup_wizard.check_flavor(conn, choose(p, "GPU flavor", choices, answers.flavor)), choices
+
+
+def price(p: Prompter, answers: Answers, picked: setup_catalog.GpuFlavor) -> str | None:
+    """PRICE_PER_HOUR for the flavor picked: its current value the default, unless it was another flavor's."""
+    in_project = setup_wizard.existing_vars(answers.project)
+    default = answers.price or None
+    was_for = in_project.get("FLAVOR")
+    if default and default == in_project.get("PRICE_PER_HOUR") and was_for not in (None, picked.label, picked.id):
+        p.say(f"[yellow]PRICE_PER_HOUR={escape(default)} in gpu-rent.vars was {escape(was_for)}'s[/]")
+        default = None
+    hint = f"{NONE}: unset" if default else "Enter to leave unset"
+    while True:
+        answer = p.ask(f"price per hour of {picked.label} ({hint})", default)
+        if not answer or answer.lower() == NONE:
+            return None
+        try:
+            return setup_wizard.check_price(answer)
+        except ConfigError:
+            p.refuse(f"{answer}: not a price; a number, 0 or more, e.g. 1.25 ({hint})")
+
+
+def fallbacks(p: Prompter, answers: Answers, picked: setup_catalog.GpuFlavor, choices: list[Choice]) -> tuple:
+    """FLAVOR_FALLBACK, picked from the same GPU flavor list; none unless asked for."""
+    if len(choices) < 2:
+        return ()
+    itself = {picked.label, picked.id}
+    default = ",".join(f for f in answers.flavor_fallback or () if f not in itself) or None
+    hint = f"{NONE}: no fallback" if default else "Enter for none"
+    question = f"fallback flavors when {picked.label} has no capacity, in order (numbers or names, {hint})"
+    while True:
+        answer = p.ask(question, default)
+        if not answer or answer.lower() == NONE:
+            return ()
+        wanted = [part.strip() for part in answer.split(",") if part.strip()]
+        found = [pick(choices, w) for w in wanted]
+        bad = next((w for w, f in zip(wanted, found, strict=True) if f is None or f in itself), None)
+        if bad is None:
+            return tuple(dict.fromkeys(found))
+        why = "is the flavor itself" if pick(choices, bad) in itself else "not in the GPU flavor list"
+        p.refuse(f"{bad}: {why}; numbers or names from the list, comma-separated ({hint})")
 
 
 def image(p: Prompter, conn, answers: Answers) -> str:
@@ -179,14 +310,22 @@ def ask(given: Answers, p: Prompter, login: Callable | None = None) -> Checked:
     """Every question in order, the login first; the checked answers, nothing written."""
     answers = setup_wizard.prepared(given)
     setup_wizard.check_project(answers)
-    auth, conn = credentials(p, answers, login or setup_wizard.login)
-    answers = replace(answers, cloud=auth.cloud)
+    answers, auth, conn = credentials(p, answers, login or setup_wizard.login)
     try:
         picked_pool = pool(p, conn, answers)
-        picked_flavor = flavor(p, conn, answers)
+        picked_flavor, flavors = flavor(p, conn, answers)
+        picked_price = price(p, answers, picked_flavor)
+        picked_fallbacks = fallbacks(p, answers, picked_flavor, flavors)
         picked_image = image(p, conn, answers)
     finally:
         conn.close()
-    answers = replace(answers, pool=picked_pool, flavor=picked_flavor.label, image=picked_image)
+    answers = replace(
+        answers,
+        pool=picked_pool,
+        flavor=picked_flavor.label,
+        image=picked_image,
+        price=picked_price,
+        flavor_fallback=picked_fallbacks,
+    )
     answers, key_to_make = ssh_key(p, answers)
     return Checked(answers, auth, picked_flavor, key_to_make)

@@ -1,6 +1,7 @@
 """`gpu-rent setup --non-interactive` against the ground's real Keystone, Nova and Glance.
 
-setup and doctor only read the cloud and dry-run only plans: nothing here rents or creates anything.
+setup and doctor only read the cloud and dry-run only plans: nothing here rents anything; the one thing created is an
+application credential of the member user, deleted after its test.
 """
 
 import os
@@ -10,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.groundkit import CLOUDS_YAML, IMAGE, POOL
+from tests.groundkit import CLOUDS_YAML, IMAGE, POOL, unique
 
 pytestmark = pytest.mark.ground
 
@@ -131,3 +133,93 @@ def test_a_flavor_given_by_id_is_found(project, member_conn):
     result = setup(project, *full(flavor=flavor_id))
     assert result.returncode == 0, result.stderr
     assert vars_of(project)["FLAVOR"] == FLAVOR
+
+
+# ---------------------------------------------------------------------------------------------- typed OS_* values
+
+
+def ground_auth() -> dict[str, str]:
+    """The member's login from the ground's clouds.yaml, as a user would copy it from an openrc."""
+    entry = yaml.safe_load(CLOUDS_YAML.read_text())["clouds"]["ground"]
+    return {**entry["auth"], "region_name": entry.get("region_name", "")}
+
+
+def typed(auth: dict[str, str]) -> list[str]:
+    return ["--auth-url", auth["auth_url"], "--username", auth["username"], "--project-name", auth["project_name"],
+            "--user-domain", auth["user_domain_name"], "--project-domain", auth["project_domain_name"],
+            "--region", auth["region_name"]]  # fmt: skip
+
+
+def setup_typed(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """setup with typed values, the secret in the environment, no clouds.yaml named."""
+    args = ["setup", "--non-interactive", "--project", str(project), *args, "--pool", POOL, "--flavor", FLAVOR]
+    return gpu_rent(project.parent, *args, "--image", IMAGE, "--new-key", **env)
+
+
+def env_keys(project: Path) -> list[str]:
+    return [line.split("=", 1)[0] for line in (project / ".env").read_text().splitlines() if "=" in line]
+
+
+def test_typed_os_values_write_a_project_that_doctor_passes(project):
+    auth = ground_auth()
+    result = setup_typed(project, *typed(auth), "--price-per-hour", "0.85", OS_PASSWORD=auth["password"])
+    assert result.returncode == 0, result.stderr
+    assert auth["password"] not in result.stdout + result.stderr
+    assert f"checked: OS_AUTH_URL ({auth['auth_url']}), project {auth['project_name']}" in result.stdout
+    assert env_keys(project) == [
+        "OS_AUTH_URL", "OS_USERNAME", "OS_PASSWORD", "OS_PROJECT_NAME", "OS_USER_DOMAIN_NAME",
+        "OS_PROJECT_DOMAIN_NAME", "OS_REGION_NAME", "GPU_RENT_SSH_KEY",
+    ]  # fmt: skip
+    assert stat.S_IMODE((project / ".env").stat().st_mode) == 0o600
+    assert vars_of(project) == {"POOL": POOL, "FLAVOR": FLAVOR, "IMAGE": IMAGE, "PRICE_PER_HOUR": "0.85"}
+    doctor = gpu_rent(project, "doctor")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "FAIL" not in doctor.stdout
+
+
+def test_typed_values_with_a_wrong_password_are_exit_4_and_write_nothing(project):
+    result = setup_typed(project, *typed(ground_auth()), OS_PASSWORD=SECRET)
+    assert result.returncode == 4
+    line = one_line_error(result)
+    assert "refused the login" in line
+    assert SECRET not in result.stdout + result.stderr
+    assert not project.exists()
+
+
+def test_typed_values_without_the_password_name_its_variable(project):
+    result = setup_typed(project, *typed(ground_auth()))
+    assert result.returncode == 2
+    assert "OS_PASSWORD is required in the environment" in one_line_error(result)
+    assert not project.exists()
+
+
+@pytest.fixture
+def app_credential(member_conn):
+    """An application credential of the member user, made on the ground's Keystone: (id, secret)."""
+    user = member_conn.current_user_id
+    made = member_conn.identity.create_application_credential(user=user, name=unique("t-setup"))
+    yield made.id, made.secret
+    member_conn.identity.delete_application_credential(user, made.id)
+
+
+def test_an_application_credential_writes_a_project_that_doctor_passes(project, app_credential):
+    credential, secret = app_credential
+    auth = ground_auth()
+    args = ["--auth-url", auth["auth_url"], "--application-credential-id", credential, "--flavor-fallback", "gpu.a10.1"]
+    result = setup_typed(project, *args, OS_APPLICATION_CREDENTIAL_SECRET=secret)
+    assert result.returncode == 0, result.stderr
+    assert secret not in result.stdout + result.stderr
+    # no --region: the catalog's only one is written
+    assert env_keys(project) == [
+        "OS_AUTH_URL", "OS_AUTH_TYPE", "OS_APPLICATION_CREDENTIAL_ID", "OS_APPLICATION_CREDENTIAL_SECRET",
+        "OS_REGION_NAME", "GPU_RENT_SSH_KEY",
+    ]  # fmt: skip
+    assert "OS_AUTH_TYPE=v3applicationcredential\n" in (project / ".env").read_text()
+    assert vars_of(project)["FLAVOR_FALLBACK"] == "gpu.a10.1"
+    doctor = gpu_rent(project, "doctor")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "FAIL" not in doctor.stdout
+    # and back to the clouds.yaml entry: no line of the credential stays
+    again = setup(project, "--cloud", "ground")
+    assert again.returncode == 0, again.stderr
+    assert sorted(env_keys(project)) == ["GPU_RENT_SSH_KEY", "OS_CLIENT_CONFIG_FILE", "OS_CLOUD"]

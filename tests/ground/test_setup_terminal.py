@@ -1,8 +1,9 @@
 """The interactive `gpu-rent setup` on a real pseudo-terminal, against the ground's Keystone, Nova and Glance.
 
-A person's session, key by key: a cloud whose password Keystone refuses, then the right one; the pool, a GPU
-flavor (the list offers no CPU flavor), the image and a new key; doctor passes the project. A re-run answered with
-Enter alone changes no byte; Ctrl+C at a prompt writes nothing. setup and doctor only read the cloud.
+A person's session, key by key: a cloud whose password Keystone refuses, then the right one (a clouds.yaml entry,
+or typed OS_* values with the password read without echo); the pool, a GPU flavor (the list offers no CPU flavor),
+its price, the image and a new key; doctor passes the project. A re-run answered with Enter alone changes no byte;
+Ctrl+C at a prompt writes nothing. setup and doctor only read the cloud.
 """
 
 import os
@@ -28,6 +29,8 @@ SECRET = "not-the-password-0815"
 # a list's question, with its default when it has one: `number or name [ground]: `
 PICK = r"number or name(?: \[[^\]\n]*\])?: "
 KEY = r"\nkey(?: \[[^\]\n]*\])?: "
+PRICE = r"price per hour of [^\n]*: "
+FALLBACK = r"fallback flavors when [^\n]*: "
 # colours and cursor moves: the terminal shows them, the assertions read the text
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -135,6 +138,8 @@ def first_setup(project: Path, clouds: Path) -> tuple[int, str, dict[str, str]]:
     lists["refused"] = term.answer(PICK, "ground")
     lists["pools"] = term.answer(PICK, POOL)
     lists["flavors"] = term.answer(PICK, FLAVOR)
+    term.answer(PRICE, "")
+    term.answer(FALLBACK, "")
     lists["images"] = term.answer(PICK, IMAGE)
     lists["key"] = term.answer(KEY, "new")
     code, shown = term.end()
@@ -176,14 +181,16 @@ def test_a_rerun_answered_with_enter_alone_changes_no_byte(tmp_path, clouds):
     assert first_setup(project, clouds)[0] == 0
     files = {name: (project / name).read_bytes() for name in (".env", "gpu-rent.vars", "id_ed25519")}
     term = Terminal(project, clouds=clouds)  # in the project folder, no --project: as a user re-runs it
-    defaults = [term.answer(PICK, "").rsplit("\n", 1)[-1] for _ in range(4)]
-    defaults.append(term.answer(KEY, "").rsplit("\n", 1)[-1])
+    questions = [PICK, PICK, PICK, PRICE, FALLBACK, PICK, KEY]
+    defaults = [term.answer(question, "").rsplit("\n", 1)[-1] for question in questions]
     code, shown = term.end()
     assert code == 0, shown
     assert defaults == [
         "number or name [ground]: ",
         f"number or name [{POOL}]: ",
         f"number or name [{FLAVOR}]: ",
+        f"price per hour of {FLAVOR} (Enter to leave unset): ",
+        f"fallback flavors when {FLAVOR} has no capacity, in order (numbers or names, Enter for none): ",
         f"number or name [{IMAGE}]: ",
         f"key [{project / 'id_ed25519'}]: ",
     ]
@@ -201,3 +208,44 @@ def test_ctrl_c_at_the_flavor_question_writes_nothing_and_exits_130(tmp_path, cl
     assert code == 130, shown
     assert "canceled: nothing written" in shown and "Traceback" not in shown
     assert not project.exists()
+
+
+def test_typed_os_values_a_wrong_password_then_the_right_one(tmp_path, clouds):
+    """The OS_* values typed in, the password twice without echo: Keystone refuses the first, takes the second."""
+    auth = yaml.safe_load(CLOUDS_YAML.read_text())["clouds"]["ground"]["auth"]
+    project = tmp_path / "project"
+    term = Terminal(tmp_path, "--project", str(project), clouds=clouds)
+    listed = term.answer(PICK, "os-values")
+    term.answer(r"auth URL [^\n]*: ", auth["auth_url"])
+    term.answer(r"username: ", auth["username"])
+    term.answer(r"password \(hidden\): ", SECRET)
+    term.answer(r"project name: ", auth["project_name"])
+    term.answer(r"user domain \[Default\]: ", auth["user_domain_name"])
+    term.answer(r"project domain \[Default\]: ", auth["project_domain_name"])
+    term.answer(r"region [^\n]*: ", "")
+    refused = term.answer(PICK, "")  # the list again, os-values its default
+    again = [term.answer(r"auth URL [^\n]*: ", ""), term.answer(r"username [^\n]*: ", "")]
+    again.append(term.answer(r"password \(hidden\): ", auth["password"]))  # the refused one is no default
+    for question in (r"project name [^\n]*: ", r"user domain [^\n]*: ", r"project domain [^\n]*: "):
+        term.answer(question, "")
+    term.answer(r"region [^\n]*: ", "")
+    logged_in = term.answer(PICK, POOL)
+    term.answer(PICK, FLAVOR)
+    term.answer(PRICE, "0.85")
+    term.answer(FALLBACK, "")
+    term.answer(PICK, IMAGE)
+    term.answer(KEY, "new")
+    code, shown = term.end()
+    assert code == 0, shown
+    assert "os-values: type the OS_* values" in listed and "app-credential" in listed
+    assert "refused the login" in refused and refused.count("error:") == 1
+    assert "number or name [os-values]: " in refused
+    assert auth["auth_url"] in again[0] and f"[{auth['username']}]" in again[1]
+    assert f"logged in: OS_AUTH_URL ({auth['auth_url']}), project {auth['project_name']}" in logged_in
+    assert "region: RegionOne" in logged_in
+    assert SECRET not in shown and auth["password"] not in shown and "Traceback" not in shown  # never echoed
+    env = (project / ".env").read_text()
+    assert f"OS_AUTH_URL={auth['auth_url']}\n" in env and "OS_CLOUD" not in env
+    assert "\nPRICE_PER_HOUR=0.85\n" in (project / "gpu-rent.vars").read_text()
+    code, said = doctor(project)
+    assert code == 0 and "FAIL" not in said, said

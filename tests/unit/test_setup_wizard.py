@@ -156,3 +156,154 @@ def test_a_broken_clouds_yaml_is_one_line_without_its_text(tmp_path, clouds):
     assert result.exit_code == 2
     assert "--cloud test is not in" in result.output
     assert "s3cret" not in result.output
+
+
+# ---------------------------------------------------------------------------------------------- typed OS_* values
+
+URL = "http://127.0.0.1:9/v3"  # nothing listens: a login there is "did not answer"
+PASSWORD = "s3cret-typed-pw"
+TYPED = ["--auth-url", URL, "--username", "u", "--project-name", "proj"]
+REST = ["--pool", "a", "--flavor", "f", "--image", "i", "--new-key"]
+
+
+def setup_env(project: Path, *args: str, **env: str):
+    return runner.invoke(app, ["setup", "--project", str(project), "--non-interactive", *args], env=env)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "line"),
+    [
+        (["--cloud", "c", "--auth-url", URL], {}, "--cloud and --auth-url: a clouds.yaml entry or typed OS_* values"),
+        (["--application-credential-id", "x", "--username", "u"], {"OS_APPLICATION_CREDENTIAL_SECRET": "s"},
+         "--application-credential-id and --username: an application credential carries its user and project"),
+        (TYPED, {}, "OS_PASSWORD is required in the environment for typed OS_* values (never an option"),
+        (["--auth-url", URL, "--application-credential-id", "x"], {},
+         "OS_APPLICATION_CREDENTIAL_SECRET is required in the environment for an application credential"),
+        (["--username", "u", "--project-name", "p"], {"OS_PASSWORD": PASSWORD}, "--auth-url is required"),
+        (["--auth-url", URL, "--project-name", "p"], {"OS_PASSWORD": PASSWORD}, "--username is required"),
+        (["--auth-url", "keystone:5000", "--username", "u", "--project-name", "p"], {"OS_PASSWORD": PASSWORD},
+         "--auth-url keystone:5000: not an http(s) URL"),
+        ([*TYPED, "--price-per-hour", "abc"], {"OS_PASSWORD": PASSWORD},
+         "--price-per-hour abc: not a price (a number, 0 or more, e.g. 1.25)"),
+    ],
+)  # fmt: skip
+def test_a_missing_or_contradicting_login_value_is_one_line_naming_it_exit_2(tmp_path, clouds, args, env, line):
+    result = setup_env(tmp_path / "p", *args, *REST, **env)
+    assert result.exit_code == 2, result.output
+    assert line in " ".join(result.output.split())
+    assert PASSWORD not in result.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_typed_login_keystone_does_not_answer_is_exit_4_without_the_password(tmp_path, clouds):
+    result = setup_env(tmp_path / "p", *TYPED, *REST, OS_PASSWORD=PASSWORD)
+    assert result.exit_code == 4
+    assert f"Keystone at {URL} refused the login or did not answer" in " ".join(result.output.split())
+    assert PASSWORD not in result.output
+    assert not (tmp_path / "p").exists()
+
+
+def test_the_password_is_no_option():
+    result = runner.invoke(app, ["setup", "--help"])
+    assert "--password" not in result.output and "--application-credential-secret" not in result.output
+    assert "OS_PASSWORD" in result.output
+
+
+def test_a_refusal_never_quotes_the_secret(monkeypatch):
+    auth = setup_wizard.check_login(setup_wizard.Login(setup_wizard.PASSWORD, URL, "u", PASSWORD, "p", "D", "D"))
+
+    def connect(self):
+        raise RuntimeError(f"bad request: password={PASSWORD}")
+
+    monkeypatch.setattr(type(auth), "connect", connect)
+    with pytest.raises(Exception, match="refused the login") as raised:
+        setup_wizard.login(auth)
+    assert PASSWORD not in str(raised.value) and "password=***" in str(raised.value)
+    assert PASSWORD not in repr(auth) + repr(setup_wizard.Login(password=PASSWORD, credential_secret=PASSWORD))
+
+
+def env_of(**values: str) -> dict[str, str]:
+    return {k: v for k, v in values.items()}
+
+
+def test_a_rerun_keeps_the_typed_values_and_the_environment_password_wins(tmp_path):
+    stored = env_of(OS_AUTH_URL=URL, OS_USERNAME="u", OS_PASSWORD="old", OS_PROJECT_NAME="p", OS_REGION_NAME="R")
+    login = setup_wizard.merged_login(setup_wizard.Login(password="new"), stored)
+    assert (login.kind, login.username, login.password, login.region) == ("password", "u", "new", "R")
+    assert (login.user_domain, login.project_domain) == ("Default", "Default")
+    # a password in the shell does not turn a clouds.yaml project into typed values
+    assert setup_wizard.merged_login(setup_wizard.Login(password="new"), {"OS_CLOUD": "c"}) is None
+    # nothing typed, nothing stored: a clouds.yaml entry
+    assert setup_wizard.merged_login(None, {}) is None
+
+
+def test_another_kind_of_login_takes_nothing_of_the_stored_one_but_the_url(tmp_path):
+    stored = env_of(OS_AUTH_URL=URL, OS_USERNAME="u", OS_PASSWORD="old", OS_PROJECT_NAME="p")
+    login = setup_wizard.merged_login(setup_wizard.Login(credential_id="c1", credential_secret="s"), stored)
+    assert login.kind == "v3applicationcredential"
+    assert login.env() == {"OS_AUTH_URL": URL, "OS_AUTH_TYPE": "v3applicationcredential",
+                           "OS_APPLICATION_CREDENTIAL_ID": "c1", "OS_APPLICATION_CREDENTIAL_SECRET": "s"}  # fmt: skip
+    stored = env_of(OS_AUTH_URL=URL, OS_AUTH_TYPE="v3applicationcredential", OS_APPLICATION_CREDENTIAL_ID="c1")
+    assert setup_wizard.merged_login(setup_wizard.Login(auth_url="http://other/v3"), stored).credential_id == "c1"
+
+
+def checked_for(project: Path, **answers) -> setup_wizard.Checked:
+    key = project / "k"
+    key.write_text("key")
+    defaults = {"pool": "a", "flavor": "f", "image": "i", "key": key}
+    return setup_wizard.Checked(Answers(project, **{**defaults, **answers}), None, None, None)
+
+
+def test_a_switch_of_login_leaves_no_line_of_the_other(tmp_path):
+    (tmp_path / ".env").write_text(
+        "# mine\nOS_CLOUD=c\nOS_CLIENT_CONFIG_FILE=/c.yaml\nOS_REGION_NAME=R\nOS_PROJECT_ID=x\nCIVITAI_TOKEN=t\n"
+        "OS_INTERFACE=internal\n"
+    )
+    login = setup_wizard.Login(setup_wizard.PASSWORD, URL, "u", PASSWORD, "p", "Default", "Default")
+    setup_wizard.write(checked_for(tmp_path, login=login))
+    key = tmp_path / "k"
+    assert (tmp_path / ".env").read_text() == (
+        f"# mine\nCIVITAI_TOKEN=t\nOS_INTERFACE=internal\nOS_AUTH_URL={URL}\nOS_USERNAME=u\nOS_PASSWORD={PASSWORD}\n"
+        f"OS_PROJECT_NAME=p\nOS_USER_DOMAIN_NAME=Default\nOS_PROJECT_DOMAIN_NAME=Default\nGPU_RENT_SSH_KEY={key}\n"
+    )
+    setup_wizard.write(checked_for(tmp_path, cloud="c"))  # back: the typed region goes with the typed login
+    assert (tmp_path / ".env").read_text() == (
+        f"# mine\nCIVITAI_TOKEN=t\nOS_INTERFACE=internal\nGPU_RENT_SSH_KEY={key}\nOS_CLOUD=c\n"
+    )
+    assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
+
+
+def test_beside_os_cloud_a_region_override_stays(tmp_path):
+    (tmp_path / ".env").write_text("OS_CLOUD=c\nOS_REGION_NAME=R\n")
+    setup_wizard.write(checked_for(tmp_path, cloud="d"))
+    assert (tmp_path / ".env").read_text().startswith("OS_CLOUD=d\nOS_REGION_NAME=R\nGPU_RENT_SSH_KEY=")
+
+
+@pytest.mark.parametrize(("price", "ok"), [("0", True), ("1.25", True), ("", True), ("-0.5", False), ("x", False)])
+def test_price_is_a_number_0_or_more(price, ok):
+    if ok:
+        assert setup_wizard.check_price(price) == (price or None)
+    else:
+        with pytest.raises(ConfigError, match="--price-per-hour"):
+            setup_wizard.check_price(price)
+
+
+def test_price_and_fallbacks_take_the_commented_default_line(tmp_path):
+    values = {"POOL": "p", "FLAVOR": "f", "IMAGE": "i", "PRICE_PER_HOUR": "2", "FLAVOR_FALLBACK": "g,h"}
+    written = setup_wizard.vars_text(tmp_path, values).splitlines()
+    example = EXAMPLE.read_text().splitlines()
+    changed = {a: b for a, b in zip(example, written, strict=True) if a != b}
+    assert changed["# PRICE_PER_HOUR="] == "PRICE_PER_HOUR=2"
+    assert changed["# FLAVOR_FALLBACK="] == "FLAVOR_FALLBACK=g,h"
+    (tmp_path / "gpu-rent.vars").write_text("\n".join(written) + "\n")
+    again = setup_wizard.vars_text(tmp_path, {**values, "PRICE_PER_HOUR": None, "FLAVOR_FALLBACK": None})
+    assert again.splitlines() == [b if "POOL" in a or "FLAVOR=" in a or "IMAGE=" in a else a
+                                  for a, b in zip(example, written, strict=True)]  # fmt: skip
+
+
+def test_a_rerun_keeps_the_price_and_fallbacks_unless_given(tmp_path):
+    (tmp_path / "gpu-rent.vars").write_text("POOL=p\nFLAVOR=f\nIMAGE=i\nPRICE_PER_HOUR=1.5\nFLAVOR_FALLBACK=g, h\n")
+    kept = setup_wizard.merged(Answers(tmp_path))
+    assert (kept.price, kept.flavor_fallback) == ("1.5", ("g", "h"))
+    cleared = setup_wizard.merged(Answers(tmp_path, price="", flavor_fallback=("",)))
+    assert (cleared.price, cleared.flavor_fallback) == ("", ())
