@@ -296,6 +296,12 @@ def up(
     ] = True,
     stop_on_exit: StopOnExitOption = False,
     watch_seconds: WatchOption = WATCH_SECONDS,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full", help="Redo every step on the VM, even those whose stamp says they are done and in place."
+        ),
+    ] = False,
 ) -> None:
     """Rent the VM (or reuse the running one), bring SwarmUI up and open the tunnel to it.
 
@@ -312,7 +318,7 @@ def up(
         return typer.confirm("Rent it?", default=False)
 
     try:
-        state, result = _rental(settings).up(confirm)
+        state, result = _rental(settings).up(confirm, {"vm_stamp_redo": True} if full else None)
     except HANDLED as e:
         if not (isinstance(e, OperationFailed) and e.canceled):
             notify("gpu-rent up failed", str(e).splitlines()[-1][:200] if str(e) else type(e).__name__)

@@ -222,3 +222,21 @@ def test_the_sentinel_stops_the_vm_after_an_unclean_end_and_says_when_it_cannot(
     assert watchdog.sentinel(settings, pid, said.append, tick=0.05) == 1  # the test cloud never answers
     assert said[0] == f"the tunnel process {pid} ended uncleanly (its record says 'forwarding'): stopping the VM"
     assert said[-1].startswith("could not stop the VM: cannot reach the cloud") and "gpu-rent stop" in said[-1]
+
+
+@pytest.mark.parametrize(("flags", "extra"), [([], None), (["--full"], {"vm_stamp_redo": True})])
+def test_up_full_asks_every_vm_role_to_redo_its_work(project, monkeypatch, flags, extra):
+    """The one way past the roles' stamps for a user who mends what the stamps do not watch."""
+    from gpu_rent import cli
+
+    asked = []
+
+    class Rental:
+        def up(self, confirm, extra=None):
+            asked.append(extra)
+            raise cli.OperationFailed("stopped here", canceled=True)
+
+    monkeypatch.setattr(cli, "_rental", lambda settings: Rental())
+    result = runner.invoke(app, ["up", "-p", str(project), "--yes", "--no-tunnel", *flags])
+    assert result.exit_code != 0
+    assert asked == [extra]
