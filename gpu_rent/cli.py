@@ -24,7 +24,7 @@ import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view, setup_prompts, setup_wizard
+from gpu_rent import __version__, cloud, config, killer_view, setup_login, setup_prompts, setup_wizard
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.lazy import lazy
@@ -232,7 +232,7 @@ def setup(
     from the environment only, never from an option: the command line is visible to every user of the machine.
     """
     # the secrets from the environment: argv is visible in ps, the environment is not
-    login = setup_wizard.Login(
+    login = setup_login.Login(
         auth_url=auth_url,
         username=username,
         password=os.environ.get("OS_PASSWORD") or None,
@@ -261,7 +261,7 @@ def setup(
         raise typer.Exit(ExitCode.BAD_INPUT)
     try:
         if non_interactive:
-            checked, written = setup_wizard.run(given)
+            checked, written = setup_wizard.run(given, _setup_warning)
         else:
             checked = _ask_setup(given)
             written = setup_wizard.write(checked)
@@ -276,6 +276,10 @@ def setup(
     console.print(f"wrote {escape(', '.join(str(p) for p in written))}")
     doctor(a.project)
     console.print(f"next: {escape(f'gpu-rent up --project {shlex.quote(str(a.project))}')}")
+
+
+def _setup_warning(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _ask_setup(given: setup_wizard.Answers) -> setup_wizard.Checked:

@@ -1,8 +1,8 @@
 """The interactive `gpu-rent setup`: each answer picked from what the cloud offers, then checked by setup_wizard.
 
-Only the asking lives here. Every pick goes through setup_wizard's checks, the same ones the options go through,
-and nothing is written here: the command writes after the last answer, so Ctrl+C at any prompt leaves the project
-as it was.
+Only the asking lives here. Every pick goes through setup_login's and setup_wizard's checks, the same ones the
+options go through, and nothing is written here: the command writes after the last answer, so Ctrl+C at any prompt
+leaves the project as it was.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import setup_catalog, setup_wizard
+from gpu_rent import setup_catalog, setup_login, setup_wizard
 from gpu_rent.config import CloudAuth, ConfigError
 from gpu_rent.rental import CloudUnreachable
-from gpu_rent.setup_wizard import APP_CREDENTIAL, PASSWORD, Answers, Checked, Login
+from gpu_rent.setup_login import APP_CREDENTIAL, PASSWORD, Login
+from gpu_rent.setup_wizard import Answers, Checked
 
 LOGIN_TRIES = 3
 NEW = "new"
@@ -55,6 +56,9 @@ class Prompter:
 
     def refuse(self, message: str) -> None:
         self.err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+
+    def warn(self, message: str) -> None:
+        self.err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
     def ask(self, question: str, default: str | None) -> str:
         """The answer, stripped; Enter alone is the default. Ctrl+C raises KeyboardInterrupt, Ctrl+D EOFError."""
@@ -121,7 +125,7 @@ def _required(p: Prompter, question: str, default: str | None, hidden: bool = Fa
 def _auth_url(p: Prompter, default: str | None) -> str:
     while True:
         answer = _required(p, "auth URL (Keystone, e.g. https://keystone.example.com:5000/v3)", default)
-        if setup_wizard.HTTP_URL.fullmatch(answer):
+        if setup_login.HTTP_URL.fullmatch(answer):
             return answer
         p.refuse(f"{answer}: not an http(s) URL")
 
@@ -131,12 +135,12 @@ def typed_login(p: Prompter, kind: str, known: Login | None) -> Login:
     known = known or Login()
     same = known.kind == kind  # a password is no default for a credential's secret, nor a user for its id
     url = _auth_url(p, known.auth_url)
-    if kind == setup_wizard.PASSWORD:
+    if kind == PASSWORD:
         username = _required(p, "username", known.username if same else None)
         password = _required(p, "password", known.password if same else None, hidden=True)
         project = _required(p, "project name", known.project_name if same else None)
-        user_domain = _required(p, "user domain", (same and known.user_domain) or setup_wizard.DEFAULT_DOMAIN)
-        domain = _required(p, "project domain", (same and known.project_domain) or setup_wizard.DEFAULT_DOMAIN)
+        user_domain = _required(p, "user domain", (same and known.user_domain) or setup_login.DEFAULT_DOMAIN)
+        domain = _required(p, "project domain", (same and known.project_domain) or setup_login.DEFAULT_DOMAIN)
         login = Login(kind, url, username, password, project, user_domain, domain)
     else:
         credential = _required(p, "application credential id", known.credential_id if same else None)
@@ -150,7 +154,7 @@ def region(p: Prompter, answers: Answers, auth: CloudAuth, conn, login: Callable
     """A typed login's region, checked against the catalog the login brought: its only one, or picked from it."""
     if answers.login is None:
         return answers, auth, conn
-    regions = setup_wizard.catalog_regions(conn)
+    regions = setup_login.catalog_regions(conn)
     wanted = answers.login.region
     if regions and wanted not in regions:
         if wanted:
@@ -165,11 +169,23 @@ def region(p: Prompter, answers: Answers, auth: CloudAuth, conn, login: Callable
     return answers, auth, conn
 
 
+def _logged_in(p: Prompter, auth: CloudAuth, login: Callable):
+    """The connection of a login Keystone accepted and `up` can use: a restricted application credential is
+    refused like a wrong secret, its connection closed."""
+    conn = login(auth)
+    try:
+        setup_login.check_credential(conn, p.warn)
+    except ConfigError:
+        conn.close()
+        raise
+    return conn
+
+
 def credentials(p: Prompter, answers: Answers, login: Callable) -> tuple[Answers, CloudAuth, object]:
     """A clouds.yaml entry or typed OS_* values whose login Keystone accepted, and the open connection; asked
     again after a refusal."""
     try:
-        names, where = setup_wizard.cloud_names(answers)
+        names, where = setup_login.cloud_names(answers.clouds_yaml)
     except ConfigError as e:  # a broken clouds.yaml must not stop typed values
         p.refuse(e.message)
         names, where = [], None
@@ -188,12 +204,12 @@ def credentials(p: Prompter, answers: Answers, login: Callable) -> tuple[Answers
         try:
             if picked in names:  # an entry named like one of the two words is the entry: it is listed first
                 candidate = replace(answers, cloud=picked, login=None)
-                auth = setup_wizard.check_cloud(candidate)
+                auth = setup_login.check_cloud(picked, answers.clouds_yaml)
             else:
                 typed = typed_login(p, TYPED[picked], known)
                 candidate = replace(answers, cloud=None, login=typed)
-                auth = setup_wizard.check_login(typed)
-            conn = login(auth)
+                auth = setup_login.check_login(typed)
+            conn = _logged_in(p, auth, login)
         except (ConfigError, CloudUnreachable) as e:
             if attempt == LOGIN_TRIES:
                 raise
@@ -211,7 +227,7 @@ def credentials(p: Prompter, answers: Answers, login: Callable) -> tuple[Answers
 def pool(p: Prompter, conn, answers: Answers) -> str:
     zones = setup_wizard.pool_choices(conn)
     if not zones:
-        raise ConfigError(setup_wizard.WHERE, "the cloud lists no availability zone (pool) for this project")
+        raise ConfigError(setup_login.WHERE, "the cloud lists no availability zone (pool) for this project")
     with_gpus = setup_wizard.gpu_pools(conn)
     title = "Pool (availability zone)" + (", * has GPU flavors" if with_gpus else "")
     choices = [Choice(z, f"{z} *" if with_gpus and z in with_gpus else z) for z in zones]
@@ -222,7 +238,7 @@ def flavor(p: Prompter, conn, answers: Answers) -> tuple[setup_catalog.GpuFlavor
     """GPU flavors only: a CPU flavor is never offered, so it cannot be picked by mistake; the pick and the list."""
     flavors = setup_wizard.flavor_choices(conn)
     if not flavors:
-        raise ConfigError(setup_wizard.WHERE, "the cloud has no GPU flavor (none has a GPU in its extra specs or name)")
+        raise ConfigError(setup_login.WHERE, "the cloud has no GPU flavor (none has a GPU in its extra specs or name)")
     current = setup_catalog.find_flavor(flavors, answers.flavor) if answers.flavor else None
     price = setup_wizard.existing_vars(answers.project).get("PRICE_PER_HOUR")
 
@@ -277,7 +293,7 @@ def fallbacks(p: Prompter, answers: Answers, picked: setup_catalog.GpuFlavor, ch
 def image(p: Prompter, conn, answers: Answers) -> str:
     images = setup_wizard.image_choices(conn)
     if not images:
-        raise ConfigError(setup_wizard.WHERE, "the cloud has no active image")
+        raise ConfigError(setup_login.WHERE, "the cloud has no active image")
     choices = [Choice(setup_catalog.image_label(i), setup_catalog.image_label(i), (str(i["id"]),)) for i in images]
     return setup_wizard.check_image(conn, choose(p, "Image (GPU images first)", choices, answers.image))
 
@@ -310,7 +326,7 @@ def ask(given: Answers, p: Prompter, login: Callable | None = None) -> Checked:
     """Every question in order, the login first; the checked answers, nothing written."""
     answers = setup_wizard.prepared(given)
     setup_wizard.check_project(answers)
-    answers, auth, conn = credentials(p, answers, login or setup_wizard.login)
+    answers, auth, conn = credentials(p, answers, login or setup_login.login)
     try:
         picked_pool = pool(p, conn, answers)
         picked_flavor, flavors = flavor(p, conn, answers)

@@ -1,7 +1,7 @@
 """`gpu-rent setup --non-interactive` against the ground's real Keystone, Nova and Glance.
 
 setup and doctor only read the cloud and dry-run only plans: nothing here rents anything; the one thing created is an
-application credential of the member user, deleted after its test.
+application credential of the member user (restricted or unrestricted), deleted after its test.
 """
 
 import os
@@ -195,15 +195,22 @@ def test_typed_values_without_the_password_name_its_variable(project):
 
 @pytest.fixture
 def app_credential(member_conn):
-    """An application credential of the member user, made on the ground's Keystone: (id, secret)."""
-    user = member_conn.current_user_id
-    made = member_conn.identity.create_application_credential(user=user, name=unique("t-setup"))
-    yield made.id, made.secret
-    member_conn.identity.delete_application_credential(user, made.id)
+    """Makes an application credential of the member user on the ground's Keystone: (id, secret); each deleted
+    after the test."""
+    user, made = member_conn.current_user_id, []
+
+    def make(unrestricted: bool) -> tuple[str, str]:
+        name = unique("t-setup")
+        made.append(member_conn.identity.create_application_credential(user=user, name=name, unrestricted=unrestricted))
+        return made[-1].id, made[-1].secret
+
+    yield make
+    for credential in made:
+        member_conn.identity.delete_application_credential(user, credential.id)
 
 
 def test_an_application_credential_writes_a_project_that_doctor_passes(project, app_credential):
-    credential, secret = app_credential
+    credential, secret = app_credential(unrestricted=True)  # up makes the idle-killer's credential with it
     auth = ground_auth()
     args = ["--auth-url", auth["auth_url"], "--application-credential-id", credential, "--flavor-fallback", "gpu.a10.1"]
     result = setup_typed(project, *args, OS_APPLICATION_CREDENTIAL_SECRET=secret)
@@ -223,3 +230,17 @@ def test_an_application_credential_writes_a_project_that_doctor_passes(project, 
     again = setup(project, "--cloud", "ground")
     assert again.returncode == 0, again.stderr
     assert sorted(env_keys(project)) == ["GPU_RENT_SSH_KEY", "OS_CLIENT_CONFIG_FILE", "OS_CLOUD"]
+
+
+def test_a_restricted_application_credential_is_refused_naming_the_fix_and_writes_nothing(project, app_credential):
+    credential, secret = app_credential(unrestricted=False)
+    args = ["--auth-url", ground_auth()["auth_url"], "--application-credential-id", credential]
+    result = setup_typed(project, *args, OS_APPLICATION_CREDENTIAL_SECRET=secret)
+    assert result.returncode == 2
+    assert one_line_error(result) == (
+        f"error: setup: the application credential {credential} is restricted: gpu-rent up makes a credential for "
+        "the VM's idle-killer, which Keystone allows only to one made with `openstack application credential create "
+        "--unrestricted`; make one so, or log in with a password"
+    )
+    assert secret not in result.stdout + result.stderr
+    assert not project.exists()

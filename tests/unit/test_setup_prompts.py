@@ -8,10 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 import typer
+from openstack.exceptions import ForbiddenException
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gpu_rent import cli, setup_prompts, setup_wizard
+from gpu_rent import cli, setup_login, setup_prompts, setup_wizard
 from gpu_rent.config import load
 from gpu_rent.rental import CloudUnreachable
 from gpu_rent.setup_prompts import Choice, Prompter, pick
@@ -37,9 +38,17 @@ def catalog(regions) -> SimpleNamespace | None:
     return SimpleNamespace(get_endpoints_data=lambda service_type=None: endpoints)
 
 
-def cloud(zones=("ru-7a", "ru-7b"), flavors=FLAVORS, images=IMAGES, regions=()) -> SimpleNamespace:
+def token(credential: str | None = None, restricted: bool | None = None) -> SimpleNamespace:
+    """A login's token as keystoneauth shows it: the application credential it used (None: a password's)."""
+    used = None if credential is None else {"id": credential, "name": "n", "restricted": restricted}
+    return SimpleNamespace(application_credential_id=credential, application_credential=used, user_id="user-1")
+
+
+def cloud(zones=("ru-7a", "ru-7b"), flavors=FLAVORS, images=IMAGES, regions=(), access=None) -> SimpleNamespace:
     """The few calls setup makes, answered from lists: the shape openstacksdk's objects have."""
+    access = access or token()
     return SimpleNamespace(
+        session=SimpleNamespace(auth=SimpleNamespace(get_access=lambda session: access)),
         compute=SimpleNamespace(
             availability_zones=lambda: [SimpleNamespace(name=z) for z in zones],
             flavors=lambda details=True: [SimpleNamespace(**f) for f in flavors],
@@ -263,7 +272,7 @@ runner = CliRunner()
 def at_a_terminal(monkeypatch):
     """The command as on a terminal: stdin a tty, the login accepted, doctor (a cloud call) left out."""
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(isatty=lambda: True))
-    monkeypatch.setattr(setup_wizard, "login", logins()[0])
+    monkeypatch.setattr(setup_login, "login", logins()[0])
     doctored = []
     monkeypatch.setattr(cli, "doctor", doctored.append)
     return doctored
@@ -302,7 +311,7 @@ def test_ctrl_c_in_a_project_changes_none_of_its_files(tmp_path, clouds, monkeyp
 
 
 def test_three_refused_logins_exit_4(tmp_path, clouds, monkeypatch, capsys, at_a_terminal):
-    monkeypatch.setattr(setup_wizard, "login", logins(refused=("good", "wrong"))[0])
+    monkeypatch.setattr(setup_login, "login", logins(refused=("good", "wrong"))[0])
     assert setup_at_a_terminal(monkeypatch, tmp_path / "p", "good", "wrong", "good", clouds=clouds) == 4
     shown = capsys.readouterr()
     assert shown.err.count("refused the login") == 3
@@ -545,3 +554,51 @@ def test_the_command_reads_the_password_hidden_and_never_shows_it(tmp_path, clou
     assert "checked: OS_AUTH_URL (http://127.0.0.1:9/v3), project proj, pool ru-7a" in shown.out
     assert f"OS_PASSWORD={PASSWORD}\n" in (project / ".env").read_text()
     assert stat.S_IMODE((project / ".env").stat().st_mode) == 0o600
+
+
+# ---------------------------------------------------------------------------------------------- restricted credentials
+
+RESTRICTED = (
+    "error: the application credential cred-1 is restricted: gpu-rent up makes a credential for the VM's "
+    "idle-killer, which Keystone allows only to one made with `openstack application credential create "
+    "--unrestricted`; make one so, or log in with a password"
+)
+
+
+def credential_logins(tokens: dict[str, SimpleNamespace]):
+    """A Keystone that accepts every login, its token the one named by the secret (a password's by default), and
+    that refuses to show a credential to its user; the connections closed, by credential id."""
+    closed = []
+
+    def refuse(**_):
+        raise ForbiddenException("HTTP 403: You are not authorized to perform the requested action")
+
+    def login(auth):
+        options = dict(auth.options)
+        conn = cloud(access=tokens.get(options.get("application_credential_secret")))
+        conn.close = lambda: closed.append(options.get("application_credential_id"))
+        conn.identity = SimpleNamespace(get_application_credential=refuse)
+        return conn
+
+    return login, closed
+
+
+def test_a_restricted_credential_is_refused_naming_the_fix_and_the_list_comes_again(tmp_path, clouds):
+    login, closed = credential_logins({SECRET: token("cred-1", restricted=True)})
+    # refused; the list again, and a password login instead
+    script = Script("app-credential", URL, "cred-1", SECRET, "", *typed_answers(), *REST)
+    checked, shown, _ = ask_typed(tmp_path / "p", script, login, clouds)
+    assert RESTRICTED in " ".join(shown.split())
+    assert closed[0] == "cred-1"  # the refused login's connection is closed at once
+    assert checked.answers.login.kind == "password" and SECRET not in shown
+
+
+def test_a_credential_keystone_will_not_show_is_a_warning_and_setup_goes_on(tmp_path, clouds):
+    login, _ = credential_logins({SECRET: token("cred-1", restricted=None)})
+    script = Script("app-credential", URL, "cred-1", SECRET, "", *REST)
+    checked, shown, _ = ask_typed(tmp_path / "p", script, login, clouds)
+    assert (
+        "warning: could not check that the application credential cred-1 is unrestricted (HTTP 403: You are not "
+        "authorized to perform the requested action): gpu-rent up makes a credential"
+    ) in " ".join(shown.split())
+    assert checked.answers.login.credential_id == "cred-1" and checked.answers.pool == "ru-7a"

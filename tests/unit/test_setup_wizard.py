@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent import setup_wizard
+from gpu_rent import setup_login, setup_wizard
 from gpu_rent.atomic import write_atomically
 from gpu_rent.cli import app
 from gpu_rent.config import ConfigError
@@ -210,16 +210,16 @@ def test_the_password_is_no_option():
 
 
 def test_a_refusal_never_quotes_the_secret(monkeypatch):
-    auth = setup_wizard.check_login(setup_wizard.Login(setup_wizard.PASSWORD, URL, "u", PASSWORD, "p", "D", "D"))
+    auth = setup_login.check_login(setup_login.Login(setup_login.PASSWORD, URL, "u", PASSWORD, "p", "D", "D"))
 
     def connect(self):
         raise RuntimeError(f"bad request: password={PASSWORD}")
 
     monkeypatch.setattr(type(auth), "connect", connect)
     with pytest.raises(Exception, match="refused the login") as raised:
-        setup_wizard.login(auth)
+        setup_login.login(auth)
     assert PASSWORD not in str(raised.value) and "password=***" in str(raised.value)
-    assert PASSWORD not in repr(auth) + repr(setup_wizard.Login(password=PASSWORD, credential_secret=PASSWORD))
+    assert PASSWORD not in repr(auth) + repr(setup_login.Login(password=PASSWORD, credential_secret=PASSWORD))
 
 
 def env_of(**values: str) -> dict[str, str]:
@@ -228,23 +228,23 @@ def env_of(**values: str) -> dict[str, str]:
 
 def test_a_rerun_keeps_the_typed_values_and_the_environment_password_wins(tmp_path):
     stored = env_of(OS_AUTH_URL=URL, OS_USERNAME="u", OS_PASSWORD="old", OS_PROJECT_NAME="p", OS_REGION_NAME="R")
-    login = setup_wizard.merged_login(setup_wizard.Login(password="new"), stored)
+    login = setup_login.merged_login(setup_login.Login(password="new"), stored)
     assert (login.kind, login.username, login.password, login.region) == ("password", "u", "new", "R")
     assert (login.user_domain, login.project_domain) == ("Default", "Default")
     # a password in the shell does not turn a clouds.yaml project into typed values
-    assert setup_wizard.merged_login(setup_wizard.Login(password="new"), {"OS_CLOUD": "c"}) is None
+    assert setup_login.merged_login(setup_login.Login(password="new"), {"OS_CLOUD": "c"}) is None
     # nothing typed, nothing stored: a clouds.yaml entry
-    assert setup_wizard.merged_login(None, {}) is None
+    assert setup_login.merged_login(None, {}) is None
 
 
 def test_another_kind_of_login_takes_nothing_of_the_stored_one_but_the_url(tmp_path):
     stored = env_of(OS_AUTH_URL=URL, OS_USERNAME="u", OS_PASSWORD="old", OS_PROJECT_NAME="p")
-    login = setup_wizard.merged_login(setup_wizard.Login(credential_id="c1", credential_secret="s"), stored)
+    login = setup_login.merged_login(setup_login.Login(credential_id="c1", credential_secret="s"), stored)
     assert login.kind == "v3applicationcredential"
     assert login.env() == {"OS_AUTH_URL": URL, "OS_AUTH_TYPE": "v3applicationcredential",
                            "OS_APPLICATION_CREDENTIAL_ID": "c1", "OS_APPLICATION_CREDENTIAL_SECRET": "s"}  # fmt: skip
     stored = env_of(OS_AUTH_URL=URL, OS_AUTH_TYPE="v3applicationcredential", OS_APPLICATION_CREDENTIAL_ID="c1")
-    assert setup_wizard.merged_login(setup_wizard.Login(auth_url="http://other/v3"), stored).credential_id == "c1"
+    assert setup_login.merged_login(setup_login.Login(auth_url="http://other/v3"), stored).credential_id == "c1"
 
 
 def checked_for(project: Path, **answers) -> setup_wizard.Checked:
@@ -259,7 +259,7 @@ def test_a_switch_of_login_leaves_no_line_of_the_other(tmp_path):
         "# mine\nOS_CLOUD=c\nOS_CLIENT_CONFIG_FILE=/c.yaml\nOS_REGION_NAME=R\nOS_PROJECT_ID=x\nCIVITAI_TOKEN=t\n"
         "OS_INTERFACE=internal\n"
     )
-    login = setup_wizard.Login(setup_wizard.PASSWORD, URL, "u", PASSWORD, "p", "Default", "Default")
+    login = setup_login.Login(setup_login.PASSWORD, URL, "u", PASSWORD, "p", "Default", "Default")
     setup_wizard.write(checked_for(tmp_path, login=login))
     key = tmp_path / "k"
     assert (tmp_path / ".env").read_text() == (
