@@ -5,10 +5,10 @@ Usage (the test ground running; from the repository root):
 
 In one run, on a project of its own (one flavor that fits, gpu.l4.1): a first `up` makes the volumes
 and installs SwarmUI, `stop` deletes the server. Then, warm (volumes, snapshot and SwarmUI there):
-  floor  bare openstacksdk: a server from the same boot and data volumes, flavor, network, security
-         group and key; a floating IP; ACTIVE; sshd answering; `systemctl restart swarmui` and
-         SwarmUI's GetNewSession answering on the VM; then the floor of stop: delete the server, wait
-         until it is gone, delete the floating IP;
+  floor  (twice, the faster counts) bare openstacksdk: a server from the same boot and data
+         volumes, flavor, network, security group and key; a floating IP; ACTIVE; sshd answering;
+         `systemctl restart swarmui` and SwarmUI's GetNewSession answering on the VM; then the floor
+         of stop: delete the server, wait until it is gone, delete the floating IP;
   ours   `gpu-rent up --yes --no-tunnel`, then `gpu-rent stop`.
 Where our time went is read off the run: until the server exists in the cloud, from there until the
 phase says SSH answers (bootstrapping), and from there on the VM (until the command ends).
@@ -153,10 +153,16 @@ def main() -> None:
             gpu_rent(project, "stop")
             for volume in (f"{name}-boot", f"{name}-data"):
                 conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
-            floor_up, floor_stop = floor_up_and_stop(conn, name)
-            print(f"floor up   {floor_up:6.1f} s   floor stop {floor_stop:6.1f} s  (bare openstacksdk)", flush=True)
-            for volume in (f"{name}-boot", f"{name}-data"):
-                conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
+            # Twice, the faster counts: one slow boot of the ground's host (seen: 46 s against 16 s) would
+            # otherwise make ours look close to the floor.
+            floors = []
+            for _ in range(2):
+                floors.append(floor_up_and_stop(conn, name))
+                print(f"floor up   {floors[-1][0]:6.1f} s   floor stop {floors[-1][1]:6.1f} s  (bare openstacksdk)",
+                      flush=True)  # fmt: skip
+                for volume in (f"{name}-boot", f"{name}-data"):
+                    conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
+            floor_up, floor_stop = min(f[0] for f in floors), min(f[1] for f in floors)
             phases = Phases(conn, project, name)
             ours_up = gpu_rent(project, "up", "--yes", "--no-tunnel")
             created, answered = phases.end()
