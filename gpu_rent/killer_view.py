@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +20,8 @@ STATUS_FILE = "/run/gpu-rent/idle-killer.json"
 SILENT_SECONDS = 300
 # A credential with less life than this left is worth a warning: an up renews it.
 EXPIRY_WARNING_SECONDS = 86400
+# How long the SSH connection of one read stays for the next (`status` twice in a row, `up` then `status`).
+KEEP_CONNECTION_SECONDS = 60
 
 
 def start_for(settings, address: str | None, boot_volume: str | None) -> subprocess.Popen | None:
@@ -38,7 +42,8 @@ def start(address: str, user: str, key: Path, known_hosts: Path, host_alias: str
     command = [
         "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=yes",
         "-o", f'UserKnownHostsFile="{known_hosts}"', "-o", f"HostKeyAlias={host_alias}",
-        "-o", "LogLevel=ERROR", "-i", str(key), f"{user}@{address}", f"cat {STATUS_FILE}",
+        *_shared_connection(host_alias), "-o", "LogLevel=ERROR", "-i", str(key), f"{user}@{address}",
+        f"cat {STATUS_FILE}",
     ]  # fmt: skip
     try:
         return subprocess.Popen(
@@ -46,6 +51,30 @@ def start(address: str, user: str, key: Path, known_hosts: Path, host_alias: str
         )
     except OSError:
         return None
+
+
+def _shared_connection(host_alias: str) -> list[str]:
+    """OpenSSH's connection sharing, so a read soon after another skips the handshake (most of its time).
+
+    The socket is named by the host key alias (the boot volume) as well as by %C: a floating IP that moves to
+    another project's VM within the minute never reaches it over this project's checked connection. POSIX only:
+    Windows' OpenSSH has no connection sharing.
+    """
+    if os.name != "posix":
+        return []
+    name = f"gpu-rent-ssh-{os.getuid()}"
+    # a socket's path has about 104 bytes, %C takes 40 of them (macOS's TMPDIR alone takes ~50)
+    folder = next((Path(b) / name for b in (tempfile.gettempdir(), "/tmp") if len(b) + len(name) + 50 < 104), None)
+    if folder is None:
+        return []
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+            return []  # someone else's, or open to others: no shared connection through it
+    except OSError:
+        return []
+    path = folder / f"{host_alias.removeprefix('gpu-rent-')[:8]}-%C"
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={path}", "-o", f"ControlPersist={KEEP_CONNECTION_SECONDS}"]
 
 
 def finish(proc: subprocess.Popen | None, timeout: float = 8) -> dict | None:

@@ -1,9 +1,14 @@
 """What `gpu-rent status` says of the VM's idle-killer, from the status file the killer writes."""
 
+import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
+from gpu_rent import killer_view
 from gpu_rent.killer_view import describe
 
 NOW = 1_800_000_000.0
@@ -76,3 +81,32 @@ def test_our_backends_are_counted_once():
     assert kept == f"armed, kept alive by: 1 live gens; {running}"
     idle = describe(status(reason=f"queue empty, {running}, idle for 3 min", backends=running), NOW)
     assert idle.count(running) == 1
+
+
+@pytest.fixture
+def short_tmp(monkeypatch):
+    """A temp folder short enough for a socket path (pytest's own is not)."""
+    folder = Path(tempfile.mkdtemp(dir="/tmp", prefix="kv-"))
+    monkeypatch.setattr(killer_view.tempfile, "gettempdir", lambda: str(folder))
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_reads_share_one_ssh_connection_per_boot_volume_in_a_private_folder(short_tmp):
+    options = killer_view._shared_connection("gpu-rent-0123456789abcdef")
+    folder = short_tmp / f"gpu-rent-ssh-{os.getuid()}"
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert f"ControlPath={folder}/01234567-%C" in options and "ControlMaster=auto" in options
+
+
+def test_no_shared_connection_through_a_folder_others_can_enter(short_tmp):
+    folder = short_tmp / f"gpu-rent-ssh-{os.getuid()}"
+    folder.mkdir()
+    folder.chmod(0o777)
+    assert killer_view._shared_connection("gpu-rent-0123456789abcdef") == []
+
+
+def test_a_temp_folder_too_long_for_a_socket_falls_back_to_tmp(monkeypatch):
+    monkeypatch.setattr(killer_view.tempfile, "gettempdir", lambda: "/var/folders/" + "x" * 60)
+    options = killer_view._shared_connection("gpu-rent-01234567")
+    assert f"ControlPath=/tmp/gpu-rent-ssh-{os.getuid()}/01234567-%C" in options
