@@ -86,15 +86,18 @@ def test_a_rerun_changing_only_the_flavor_keeps_the_rest(project):
     assert (project / "id_ed25519").read_bytes() == key
 
 
+def refused_writing_nothing(result, project: Path) -> None:
+    """A refused login: exit 4, one line that says so, the password nowhere, no project folder made."""
+    assert result.returncode == 4
+    assert "refused the login" in one_line_error(result)
+    assert SECRET not in result.stdout + result.stderr
+    assert not project.exists()
+
+
 def test_a_refused_password_is_one_line_exit_4_and_writes_nothing(project, tmp_path):
     bad = tmp_path / "clouds.yaml"
     bad.write_text(CLOUDS_YAML.read_text().replace("password:", f"password: {SECRET} #", 1))
-    result = setup(project, *full(), clouds=bad)
-    assert result.returncode == 4
-    line = one_line_error(result)
-    assert "refused the login" in line
-    assert SECRET not in result.stdout + result.stderr
-    assert not project.exists()
+    refused_writing_nothing(setup(project, *full(), clouds=bad), project)
 
 
 def test_a_flavor_without_a_gpu_is_refused_naming_the_gpu_flavors(project):
@@ -178,12 +181,7 @@ def test_typed_os_values_write_a_project_that_doctor_passes(project):
 
 
 def test_typed_values_with_a_wrong_password_are_exit_4_and_write_nothing(project):
-    result = setup_typed(project, *typed(ground_auth()), OS_PASSWORD=SECRET)
-    assert result.returncode == 4
-    line = one_line_error(result)
-    assert "refused the login" in line
-    assert SECRET not in result.stdout + result.stderr
-    assert not project.exists()
+    refused_writing_nothing(setup_typed(project, *typed(ground_auth()), OS_PASSWORD=SECRET), project)
 
 
 def test_typed_values_without_the_password_name_its_variable(project):

@@ -1,8 +1,10 @@
-"""What several unit files share: a clouds.yaml whose Keystone never answers, in a shell without cloud settings."""
+"""What several unit files share: a clouds.yaml whose Keystone never answers (and a project on it), in a shell
+without cloud settings."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,3 +32,17 @@ def clouds_yaml(tmp_path: Path, monkeypatch) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def dead_cloud_project(tmp_path: Path, clouds_yaml) -> Path:
+    """A project folder on a cloud that never answers, with its SSH key and nothing rented."""
+    clouds = clouds_yaml(test="s3cret-password")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")], check=True)
+    (tmp_path / ".env").write_text(
+        f"OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE={clouds}\nGPU_RENT_SSH_KEY={tmp_path / 'key'}\n"
+    )
+    (tmp_path / "gpu-rent.vars").write_text(
+        "POOL=ru-7a\nFLAVOR=gpu.a100.1\nIMAGE=Ubuntu 24.04 GPU\nOPERATOR_CIDR=10.231.7.1/32\n"
+    )
+    return tmp_path

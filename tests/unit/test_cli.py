@@ -19,16 +19,8 @@ COMMANDS = [
 
 
 @pytest.fixture
-def project(tmp_path: Path, clouds_yaml) -> Path:
-    clouds = clouds_yaml(test="s3cret-password")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")], check=True)
-    (tmp_path / ".env").write_text(
-        f"OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE={clouds}\nGPU_RENT_SSH_KEY={tmp_path / 'key'}\n"
-    )
-    (tmp_path / "gpu-rent.vars").write_text(
-        "POOL=ru-7a\nFLAVOR=gpu.a100.1\nIMAGE=Ubuntu 24.04 GPU\nOPERATOR_CIDR=10.231.7.1/32\n"
-    )
-    return tmp_path
+def project(dead_cloud_project: Path) -> Path:
+    return dead_cloud_project
 
 
 @pytest.mark.parametrize("command", COMMANDS)
