@@ -74,7 +74,12 @@ def _shared_connection(host_alias: str) -> list[str]:
     except OSError:
         return []
     path = folder / f"{host_alias.removeprefix('gpu-rent-')[:8]}-%C"
-    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={path}", "-o", f"ControlPersist={KEEP_CONNECTION_SECONDS}"]
+    # a VM deleted or preempted under a kept connection: the master sees it gone within ~6 s and quits, so the
+    # next read (an up bringing the server back) connects anew instead of waiting on a dead one
+    return [
+        "-o", "ControlMaster=auto", "-o", f"ControlPath={path}", "-o", f"ControlPersist={KEEP_CONNECTION_SECONDS}",
+        "-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=3",
+    ]  # fmt: skip
 
 
 def finish(proc: subprocess.Popen | None, timeout: float = 8) -> dict | None:

@@ -97,6 +97,7 @@ def test_reads_share_one_ssh_connection_per_boot_volume_in_a_private_folder(shor
     folder = short_tmp / f"gpu-rent-ssh-{os.getuid()}"
     assert oct(folder.stat().st_mode & 0o777) == "0o700"
     assert f"ControlPath={folder}/01234567-%C" in options and "ControlMaster=auto" in options
+    assert "ServerAliveInterval=2" in options  # a kept connection to a VM that is gone ends within seconds
 
 
 def test_no_shared_connection_through_a_folder_others_can_enter(short_tmp):
