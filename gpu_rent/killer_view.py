@@ -63,8 +63,10 @@ def _shared_connection(host_alias: str) -> list[str]:
     if os.name != "posix":
         return []
     name = f"gpu-rent-ssh-{os.getuid()}"
-    # a socket's path has about 104 bytes, %C takes 40 of them (macOS's TMPDIR alone takes ~50)
-    folder = next((Path(b) / name for b in (tempfile.gettempdir(), "/tmp") if len(b) + len(name) + 50 < 104), None)
+    # a socket's path has 104 bytes with its NUL (macOS; Linux 108), and ssh first binds the path plus "." and 16
+    # random characters: folder "/" 8-character prefix "-" %C (40) "." 16 leaves 68 for nothing else
+    fits = [b for b in (tempfile.gettempdir(), "/tmp") if len(b) + len(name) + 68 < 104]
+    folder = Path(fits[0]) / name if fits else None
     if folder is None:
         return []
     try:

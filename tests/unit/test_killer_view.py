@@ -107,7 +107,9 @@ def test_no_shared_connection_through_a_folder_others_can_enter(short_tmp):
     assert killer_view._shared_connection("gpu-rent-0123456789abcdef") == []
 
 
-def test_a_temp_folder_too_long_for_a_socket_falls_back_to_tmp(monkeypatch):
-    monkeypatch.setattr(killer_view.tempfile, "gettempdir", lambda: "/var/folders/" + "x" * 60)
+@pytest.mark.parametrize("tmpdir", ["/var/folders/" + "x" * 60, "/home/someone/.cache/tmp"])
+def test_a_temp_folder_too_long_for_a_socket_falls_back_to_tmp(monkeypatch, tmpdir):
+    """ssh binds ControlPath + "." + 16 characters first: that must fit the ~104 bytes of a socket path too."""
+    monkeypatch.setattr(killer_view.tempfile, "gettempdir", lambda: tmpdir)
     options = killer_view._shared_connection("gpu-rent-01234567")
     assert f"ControlPath=/tmp/gpu-rent-ssh-{os.getuid()}/01234567-%C" in options
