@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 
 from gpu_rent import wsl
 
@@ -52,13 +53,26 @@ async def _send(title: str, message: str) -> bool:
     return not failures.seen
 
 
+def _sent(title: str, message: str) -> bool:
+    """_send to its end, also from inside a running event loop (the tunnel's watchdog), where asyncio.run raises."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_send(title, message))
+    done: list[bool] = []
+    worker = threading.Thread(target=lambda: done.append(asyncio.run(_send(title, message))), daemon=True)
+    worker.start()
+    worker.join(TIMEOUT + 1)  # the loop waits at most this: a notifier that hangs is left behind
+    return bool(done and done[0])
+
+
 def notify(title: str, message: str) -> str:
     """Show it; returns how: "desktop", "bell" or "none" (no notifier and no terminal)."""
     with contextlib.suppress(Exception):  # WSL interop switched off, a Windows that refuses: the Linux way then
         if wsl.toast(title, message):
             return "desktop"
     with contextlib.suppress(Exception):  # no D-Bus session, no notification service, no permission
-        if _has_desktop() and asyncio.run(_send(title, message)):
+        if _has_desktop() and _sent(title, message):
             return "desktop"
     if sys.stderr.isatty():
         sys.stderr.write("\a")

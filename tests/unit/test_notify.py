@@ -1,5 +1,7 @@
 """Notifications never break or clutter a command where no desktop listens (servers, CI); WSL reaches Windows."""
 
+import asyncio
+
 import pytest
 
 from gpu_rent import notify as notify_module
@@ -40,4 +42,23 @@ def test_no_windows_toast_falls_back_to_the_linux_way(monkeypatch, capfd):
     monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
     monkeypatch.delenv("DISPLAY", raising=False)
     assert notify("gpu-rent", "ready") == "none"
+    assert capfd.readouterr() == ("", "")
+
+
+def test_from_inside_the_tunnels_event_loop_the_desktop_is_still_reached(monkeypatch, capfd):
+    """The watchdog notifies from its running loop, where asyncio.run raises: that used to fall to the bell."""
+    sent = []
+
+    async def send(title, message):
+        sent.append((title, message))
+        return True
+
+    monkeypatch.setattr(notify_module, "_send", send)
+    monkeypatch.setenv("DISPLAY", ":0")
+
+    async def watchdog():
+        return notify("gpu-rent: the VM is back", "http://127.0.0.1:17801")
+
+    assert asyncio.run(watchdog()) == "desktop"
+    assert sent == [("gpu-rent: the VM is back", "http://127.0.0.1:17801")]
     assert capfd.readouterr() == ("", "")
