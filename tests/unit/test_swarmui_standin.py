@@ -131,10 +131,12 @@ def start(
     (root / "Data/Settings.fds").write_text("IsInstalled: true\nLaunchMode: none\n" + settings)
     if backends is not None:
         (root / "Data/Backends.fds").write_text(backends)
-    proc = subprocess.Popen(
-        ["./launch-linux.sh", *extra, "--launch_mode", "none", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    output = root.parent / f"{root.name}.out"  # a file, not a pipe nobody drains: a full pipe would stall the server
+    with output.open("wb") as sink:
+        proc = subprocess.Popen(
+            ["./launch-linux.sh", *extra, "--launch_mode", "none", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     swarm = Swarm(root, port, comfy_port)
     deadline = time.monotonic() + 30
     while True:
@@ -144,7 +146,7 @@ def start(
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 stop(proc)
-                raise AssertionError(proc.stdout.read().decode(errors="replace")[-3000:]) from None
+                raise AssertionError(output.read_text(errors="replace")[-3000:]) from None
             time.sleep(0.1)
         except BaseException:  # any other failure of the start leaves no server (nor its ComfyUIs) behind
             stop(proc)
@@ -187,23 +189,30 @@ def swarm(tmp_path):
     stop(proc)
 
 
-def wait_for(check, timeout=20):
+def wait_for(check, timeout=20, seen=lambda: ""):
+    """`seen` tells what was there instead when the condition is not met in time."""
     deadline = time.monotonic() + timeout
     while not (value := check()):
-        assert time.monotonic() < deadline, "condition not met in time"
+        assert time.monotonic() < deadline, f"condition not met in time {seen()}"
         time.sleep(0.1)
     return value
 
 
-def running_on(swarm: Swarm, port: int, timeout: float = 20) -> dict:
-    """Waits until the only ComfyUI of the checkout listens on `port` and SwarmUI calls it running."""
+def running_on(swarm: Swarm, port: int, timeout: float = 45) -> dict:
+    """Waits until the only ComfyUI of the checkout listens on `port` and SwarmUI calls it running
+    (a shutdown may take Utilities.KillProcess's two 10 s graces)."""
 
     def check():
         procs = comfy_processes(swarm.root)
         ok = [p["port"] for p in procs] == [port] and swarm.backends()["0"]["status"] == "running"
         return ok and procs[0]
 
-    return wait_for(check, timeout)
+    def seen() -> str:
+        ports = [p["port"] for p in comfy_processes(swarm.root)]
+        output = (swarm.root.parent / f"{swarm.root.name}.out").read_text(errors="replace")[-2500:]
+        return f"(ComfyUI ports {ports}, backend {swarm.backends()['0']['status']}):\n{output}"
+
+    return wait_for(check, timeout, seen)
 
 
 # --- src/WebAPI/BasicAPIFeatures.cs GetNewSession; src/Accounts/SessionHandler.cs --------------------
