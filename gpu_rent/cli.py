@@ -227,6 +227,15 @@ def setup(
             "--flavor-fallback", help='A GPU flavor to try when FLAVOR has no capacity, repeatable; "" for none.'
         ),
     ] = None,
+    operator_cidr: Annotated[
+        str | None,
+        typer.Option(
+            "--operator-cidr",
+            help="Your public address (or network) for SSH to the VM (OPERATOR_CIDR); needed when auto cannot find "
+            "it: this machine reaches the cloud from a private address (NAT).",
+            show_default="auto, or the project's",
+        ),
+    ] = None,
 ) -> None:
     """Make a project folder: check the login, pool, GPU flavor, image and SSH key, then write .env and gpu-rent.vars.
 
@@ -234,6 +243,8 @@ def setup(
     Nothing is written until every check passed. A re-run keeps the values it is not given. Then it runs doctor.
     The login is a clouds.yaml entry (--cloud) or typed OS_* values (--auth-url ...); a password or secret is read
     from the environment only, never from an option: the command line is visible to every user of the machine.
+    When OPERATOR_CIDR=auto cannot find this machine's public address (it reaches the cloud from a private one,
+    behind NAT), the address SSH to the VM is open to is asked for, or given with --operator-cidr.
     """
     # the secrets from the environment: argv is visible in ps, the environment is not
     login = setup_login.Login(
@@ -259,6 +270,7 @@ def setup(
         login=login,
         price=price,
         flavor_fallback=None if flavor_fallback is None else tuple(flavor_fallback),
+        operator_cidr=operator_cidr,
     )
     if not non_interactive and not sys.stdin.isatty():
         error("no terminal to ask on: use gpu-rent setup --non-interactive --cloud NAME --pool P --flavor F --image I")
@@ -274,6 +286,8 @@ def setup(
     a = checked.answers
     who = a.cloud if a.cloud else checked.auth.describe()
     checks = f"{who}, pool {a.pool}, {checked.flavor.describe()}, image {a.image}"
+    if a.operator_cidr:
+        checks += f", SSH from {a.operator_cidr}"
     console.print(f"[green]checked[/]: {escape(checks)}")
     if a.new_key and checked.key_to_make is None:
         note(f"new key: {a.key} is there already; kept, not replaced")

@@ -640,21 +640,40 @@ class Settings:
             return self.operator_cidr
         if self.cloud is None:
             raise ConfigError(VARS_FILE, "OPERATOR_CIDR=auto needs the cloud's address; set OPERATOR_CIDR")
-        host = urlparse(str(self.cloud.region().config["auth"].get("auth_url", ""))).hostname or ""
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect((host, 443))  # UDP: nothing is sent, the kernel only picks the route
-                address = ipaddress.ip_address(s.getsockname()[0])
-        except OSError as e:
-            raise ConfigError(VARS_FILE, f"OPERATOR_CIDR=auto: no route to {host} ({e}); set OPERATOR_CIDR") from None
-        if not address.is_global:
-            raise ConfigError(
-                VARS_FILE,
-                f"OPERATOR_CIDR=auto: this machine reaches the cloud from {address}, a private address (NAT): "
-                "set OPERATOR_CIDR to your public address, e.g. OPERATOR_CIDR=203.0.113.7/32",
-                key="OPERATOR_CIDR",
-            )
-        return f"{address}/32"
+        return auto_operator_cidr(url_host(str(self.cloud.region().config["auth"].get("auth_url", ""))))
+
+
+# --- OPERATOR_CIDR=auto: here for up and the vars plugin, and for setup, which settles OPERATOR_CIDR with it --------
+
+
+def url_host(url: str) -> str:
+    return urlparse(url).hostname or ""
+
+
+def route_to(host: str) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]:
+    """This machine's address on its route to host, and host's address; OSError when there is no route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 443))  # UDP: nothing is sent, the kernel only picks the route
+        return ipaddress.ip_address(s.getsockname()[0]), ipaddress.ip_address(s.getpeername()[0])
+
+
+def auto_operator_cidr(host: str, route: Callable[[str], tuple] | None = None) -> str:
+    """OPERATOR_CIDR=auto resolved: the address this machine reaches host (the cloud's Keystone) from, when public.
+
+    route: route_to unless given (tests); looked up when called, so one stand-in serves config and setup alike.
+    """
+    try:
+        address = (route or route_to)(host)[0]
+    except OSError as e:
+        raise ConfigError(VARS_FILE, f"OPERATOR_CIDR=auto: no route to {host} ({e}); set OPERATOR_CIDR") from None
+    if not address.is_global:
+        raise ConfigError(
+            VARS_FILE,
+            f"OPERATOR_CIDR=auto: this machine reaches the cloud from {address}, a private address (NAT): "
+            "set OPERATOR_CIDR to your public address, e.g. OPERATOR_CIDR=203.0.113.7/32",
+            key="OPERATOR_CIDR",
+        )
+    return f"{address}/32"
 
 
 def resource_names(prefix: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import setup_catalog, setup_login, setup_wizard
+from gpu_rent import setup_address, setup_catalog, setup_login, setup_wizard
 from gpu_rent.config import CloudAuth, ConfigError
 from gpu_rent.rental import CloudUnreachable
 from gpu_rent.setup_login import APP_CREDENTIAL, PASSWORD, Login
@@ -322,6 +322,28 @@ def ssh_key(p: Prompter, answers: Answers) -> tuple[Answers, Path | None]:
             p.refuse(f"{candidate.key}: no such key (nor its .pub); a path of a private key, or {NEW}")
 
 
+def operator_cidr(p: Prompter, answers: Answers, auth: CloudAuth) -> str | None:
+    """OPERATOR_CIDR to write, asked only when auto cannot find this machine's address (NAT); None: the project's
+    line stays (auto resolves, or Enter keeps the project's own address)."""
+    reach = setup_address.of_login(auth)
+    existing = setup_wizard.existing_vars(answers.project).get("OPERATOR_CIDR")
+    if reach.auto is not None:
+        return setup_address.checked(answers.operator_cidr, reach) if answers.operator_cidr else None
+    kept = existing if setup_address.kept(existing) else None
+    default = answers.operator_cidr or kept
+    while True:
+        answer = p.ask(setup_address.question(reach), default)
+        if answer and answer == kept:
+            return None
+        if not answer:
+            p.refuse(f"an address is required: {reach.wanted()}")
+            continue
+        try:
+            return setup_address.as_cidr(answer, reach)
+        except setup_address.Refused as e:
+            p.refuse(f"{answer}: {e}")
+
+
 def ask(given: Answers, p: Prompter, login: Callable | None = None) -> Checked:
     """Every question in order, the login first; the checked answers, nothing written."""
     answers = setup_wizard.prepared(given)
@@ -344,4 +366,5 @@ def ask(given: Answers, p: Prompter, login: Callable | None = None) -> Checked:
         flavor_fallback=picked_fallbacks,
     )
     answers, key_to_make = ssh_key(p, answers)
+    answers = replace(answers, operator_cidr=operator_cidr(p, answers, auth))
     return Checked(answers, auth, picked_flavor, key_to_make)

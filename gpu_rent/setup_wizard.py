@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from gpu_rent import setup_catalog, setup_login
+from gpu_rent import setup_address, setup_catalog, setup_login
 from gpu_rent.atomic import write_atomically
 from gpu_rent.config import DEFAULT_SSH_KEY, ENV_FILE, VARS_FILE, CloudAuth, ConfigError
 from gpu_rent.setup_login import WHERE, Login
@@ -29,9 +29,9 @@ NEW_KEY_NAME = "id_ed25519"
 # the keys setup fills in: option name -> gpu-rent.vars key
 VARS_OPTIONS = {
     "pool": "POOL", "flavor": "FLAVOR", "image": "IMAGE", "price-per-hour": "PRICE_PER_HOUR",
-    "flavor-fallback": "FLAVOR_FALLBACK",
+    "flavor-fallback": "FLAVOR_FALLBACK", "operator-cidr": "OPERATOR_CIDR",
 }  # fmt: skip
-_VARS_LINE = re.compile(r"^(?P<key>POOL|FLAVOR|IMAGE|PRICE_PER_HOUR|FLAVOR_FALLBACK)\s*=\s*(?P<value>.*)$")
+_VARS_LINE = re.compile(rf"^(?P<key>{'|'.join(VARS_OPTIONS.values())})\s*=\s*(?P<value>.*)$")
 # extra specs that say which zones a flavor runs in (aggregate_instance_extra_specs:availability_zone and the like)
 _ZONE_SPEC = re.compile(r"(^|:)availability_zones?$", re.IGNORECASE)
 
@@ -51,6 +51,8 @@ class Answers:
     login: Login | None = None  # typed OS_* values instead of a clouds.yaml entry
     price: str | None = None  # PRICE_PER_HOUR as written; None: not given, "": unset
     flavor_fallback: tuple[str, ...] | None = None  # FLAVOR_FALLBACK; None: not given, (): none
+    # --operator-cidr as given; once checked, OPERATOR_CIDR to write (None: the project's line stays, see setup_address)
+    operator_cidr: str | None = None
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,10 @@ def check(answers: Answers, warn: Callable[[str], None]) -> Checked:
     finally:
         conn.close()
     key_to_make = check_key(answers)
-    answers = replace(answers, pool=pool, flavor=flavor.label, image=image, price=price, flavor_fallback=fallbacks)
+    existing = existing_vars(answers.project).get("OPERATOR_CIDR")
+    operator = setup_address.settle(setup_address.of_login(auth), answers.operator_cidr, existing)
+    answers = replace(answers, pool=pool, flavor=flavor.label, image=image, price=price, flavor_fallback=fallbacks,
+                      operator_cidr=operator)  # fmt: skip
     return Checked(answers, auth, flavor, key_to_make)
 
 
@@ -381,6 +386,8 @@ def write(checked: Checked) -> list[Path]:
         "POOL": a.pool, "FLAVOR": a.flavor, "IMAGE": a.image, "PRICE_PER_HOUR": a.price or None,
         "FLAVOR_FALLBACK": ",".join(a.flavor_fallback or ()) or None,
     }  # fmt: skip
+    if a.operator_cidr:  # over `# OPERATOR_CIDR=auto`, as the example has it; None leaves the line as it is
+        values["OPERATOR_CIDR"] = a.operator_cidr
     write_atomically(vars_path, vars_text(a.project, values), 0o644)
     env, drop = setup_login.auth_env(a.cloud, a.clouds_yaml, a.login, existing_env(a.project))
     env["GPU_RENT_SSH_KEY"] = str(a.key)

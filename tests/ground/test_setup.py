@@ -2,6 +2,10 @@
 
 setup and doctor only read the cloud and dry-run only plans: nothing here rents anything; the one thing created is an
 application credential of the member user (restricted or unrestricted), deleted after its test.
+
+The ground's Keystone is on 127.0.0.1, which this machine reaches from 127.0.0.1: OPERATOR_CIDR=auto cannot resolve to
+a public address, so setup needs --operator-cidr. The cloud is on a private network too, so the address its VMs see
+this machine from is taken although private: the ground bridge's 10.231.7.1, as ground/up.sh writes it.
 """
 
 import os
@@ -13,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpu_rent import config
 from tests.groundkit import CLOUDS_YAML, IMAGE, POOL, unique
 
 pytestmark = pytest.mark.ground
@@ -20,6 +25,7 @@ pytestmark = pytest.mark.ground
 BIN = Path(sys.executable).parent
 FLAVOR = "gpu.l4.1"
 SECRET = "not-the-password-0815"
+OPERATOR = "10.231.7.1/32"  # the ground bridge (ground/lib.sh EXT_GW): where the hosts see this machine from
 
 
 def gpu_rent(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -36,7 +42,8 @@ def setup(project: Path, *args: str, clouds: Path = CLOUDS_YAML) -> subprocess.C
 
 
 def full(pool: str = POOL, flavor: str = FLAVOR, image: str = IMAGE) -> list[str]:
-    return ["--cloud", "ground", "--pool", pool, "--flavor", flavor, "--image", image, "--new-key"]
+    return ["--cloud", "ground", "--pool", pool, "--flavor", flavor, "--image", image, "--new-key",
+            "--operator-cidr", OPERATOR]  # fmt: skip
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -62,7 +69,7 @@ def test_setup_writes_a_project_that_doctor_passes_and_dry_run_accepts(project):
     result = setup(project, *full())
     assert result.returncode == 0, result.stderr
     assert f"next: gpu-rent up --project {project}" in result.stdout
-    assert vars_of(project) == {"POOL": POOL, "FLAVOR": FLAVOR, "IMAGE": IMAGE}
+    assert vars_of(project) == {"POOL": POOL, "FLAVOR": FLAVOR, "IMAGE": IMAGE, "OPERATOR_CIDR": OPERATOR}
     env = (project / ".env").read_text()
     assert f"OS_CLOUD=ground\nOS_CLIENT_CONFIG_FILE={CLOUDS_YAML}\nGPU_RENT_SSH_KEY={project / 'id_ed25519'}\n" in env
     for secret in (".env", "id_ed25519"):
@@ -81,7 +88,8 @@ def test_a_rerun_changing_only_the_flavor_keeps_the_rest(project):
     env = (project / ".env").read_text()
     again = gpu_rent(project, "setup", "--non-interactive", "--flavor", "gpu.a10.1")  # no clouds.yaml in the shell
     assert again.returncode == 0, again.stderr
-    assert vars_of(project) == {"POOL": POOL, "FLAVOR": "gpu.a10.1", "IMAGE": IMAGE}
+    # the project's OPERATOR_CIDR is kept without --operator-cidr
+    assert vars_of(project) == {"POOL": POOL, "FLAVOR": "gpu.a10.1", "IMAGE": IMAGE, "OPERATOR_CIDR": OPERATOR}
     assert (project / ".env").read_text() == env
     assert (project / "id_ed25519").read_bytes() == key
 
@@ -131,6 +139,36 @@ def test_a_missing_value_names_the_choices(project):
     assert not project.exists()
 
 
+def test_without_operator_cidr_it_is_exit_2_naming_it_and_writes_nothing(project):
+    result = setup(project, *full()[:-2])
+    assert result.returncode == 2
+    line = one_line_error(result)
+    assert "--operator-cidr is required: this machine reaches the cloud from 127.0.0.1, a loopback address" in line
+    assert "the cloud, at 127.0.0.1, is on a private network" in line
+    assert not project.exists()
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1", "0.0.0.0/0", "auto"])
+def test_an_operator_cidr_the_vms_cannot_see_is_refused(project, bad):
+    result = setup(project, *full()[:-2], "--operator-cidr", bad)
+    assert result.returncode == 2
+    assert one_line_error(result).startswith(f"error: setup: --operator-cidr {bad}: ")
+    assert not project.exists()
+
+
+def test_the_operator_cidr_given_is_what_up_opens_ssh_to_and_doctor_and_dry_run_pass(project):
+    result = setup(project, *full()[:-2], "--operator-cidr", "10.231.7.1")  # a bare address: /32
+    assert result.returncode == 0, result.stderr
+    assert f"SSH from {OPERATOR}" in result.stdout
+    text = (project / "gpu-rent.vars").read_text()
+    assert f"\nOPERATOR_CIDR={OPERATOR}\n" in text and "# OPERATOR_CIDR=auto" not in text
+    assert config.load(project).resolved_operator_cidr() == OPERATOR  # what up gives the security group
+    doctor = gpu_rent(project, "doctor")
+    assert doctor.returncode == 0 and "FAIL" not in doctor.stdout, doctor.stdout + doctor.stderr
+    dry = gpu_rent(project, "dry-run")
+    assert dry.returncode == 0, dry.stderr
+
+
 def test_a_flavor_given_by_id_is_found(project, member_conn):
     flavor_id = member_conn.compute.find_flavor(FLAVOR).id
     result = setup(project, *full(flavor=flavor_id))
@@ -156,7 +194,7 @@ def typed(auth: dict[str, str]) -> list[str]:
 def setup_typed(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     """setup with typed values, the secret in the environment, no clouds.yaml named."""
     args = ["setup", "--non-interactive", "--project", str(project), *args, "--pool", POOL, "--flavor", FLAVOR]
-    return gpu_rent(project.parent, *args, "--image", IMAGE, "--new-key", **env)
+    return gpu_rent(project.parent, *args, "--image", IMAGE, "--new-key", "--operator-cidr", OPERATOR, **env)
 
 
 def env_keys(project: Path) -> list[str]:
@@ -174,7 +212,9 @@ def test_typed_os_values_write_a_project_that_doctor_passes(project):
         "OS_PROJECT_DOMAIN_NAME", "OS_REGION_NAME", "GPU_RENT_SSH_KEY",
     ]  # fmt: skip
     assert stat.S_IMODE((project / ".env").stat().st_mode) == 0o600
-    assert vars_of(project) == {"POOL": POOL, "FLAVOR": FLAVOR, "IMAGE": IMAGE, "PRICE_PER_HOUR": "0.85"}
+    assert vars_of(project) == {
+        "POOL": POOL, "FLAVOR": FLAVOR, "IMAGE": IMAGE, "OPERATOR_CIDR": OPERATOR, "PRICE_PER_HOUR": "0.85",
+    }  # fmt: skip
     doctor = gpu_rent(project, "doctor")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "FAIL" not in doctor.stdout

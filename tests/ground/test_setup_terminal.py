@@ -2,7 +2,9 @@
 
 A person's session, key by key: a cloud whose password Keystone refuses, then the right one (a clouds.yaml entry,
 or typed OS_* values with the password read without echo); the pool, a GPU flavor (the list offers no CPU flavor),
-its price, the image and a new key; doctor passes the project. A re-run answered with Enter alone changes no byte;
+its price, the image, a new key and the address SSH to the VM is open to (the ground's Keystone is on loopback, so
+OPERATOR_CIDR=auto cannot resolve and it is asked; the ground bridge's private 10.231.7.1 is taken, the cloud being on
+a private network too); doctor passes the project. A re-run answered with Enter alone changes no byte;
 Ctrl+C at a prompt writes nothing. setup and doctor only read the cloud.
 """
 
@@ -31,6 +33,9 @@ PICK = r"number or name(?: \[[^\]\n]*\])?: "
 KEY = r"\nkey(?: \[[^\]\n]*\])?: "
 PRICE = r"price per hour of [^\n]*: "
 FALLBACK = r"fallback flavors when [^\n]*: "
+# OPERATOR_CIDR's question, long enough for the terminal to wrap it: any whitespace between the words
+ADDRESS = r"for\s+SSH\s+to\s+the\s+VM\s+\([^:]*\)(?:\s+\[[^\]]*\])?: "
+OPERATOR = "10.231.7.1/32"  # the ground bridge (ground/lib.sh EXT_GW): where the hosts see this machine from
 # colours and cursor moves: the terminal shows them, the assertions read the text
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -142,6 +147,8 @@ def first_setup(project: Path, clouds: Path) -> tuple[int, str, dict[str, str]]:
     term.answer(FALLBACK, "")
     lists["images"] = term.answer(PICK, IMAGE)
     lists["key"] = term.answer(KEY, "new")
+    term.answer(ADDRESS, "127.0.0.1")  # refused: this machine as it sees itself
+    lists["address"] = term.answer(ADDRESS, "10.231.7.1")
     code, shown = term.end()
     return code, shown, lists
 
@@ -167,6 +174,11 @@ def test_a_walk_through_every_question_writes_a_project_doctor_passes(tmp_path, 
     assert "m1.small" not in flavors
     assert IMAGE in lists["images"].split("Image (GPU images first)", 1)[1]
     assert "SSH key" in lists["key"]
+    address = " ".join(lists["address"].split())
+    assert "127.0.0.1: a loopback address" in address and address.count("error:") == 1
+    assert "Your IP address as the cloud's VMs see it, for SSH to the VM (this machine reaches the cloud from " \
+           "127.0.0.1, a loopback address; the cloud, at 127.0.0.1, is on a private network too" in address  # fmt: skip
+    assert f"\nOPERATOR_CIDR={OPERATOR}\n" in (project / "gpu-rent.vars").read_text()
     assert f"next: gpu-rent up --project {project}" in " ".join(shown.split())
     assert SECRET not in shown and "Traceback" not in shown
     env = (project / ".env").read_text()
@@ -183,8 +195,10 @@ def test_a_rerun_answered_with_enter_alone_changes_no_byte(tmp_path, clouds):
     term = Terminal(project, clouds=clouds)  # in the project folder, no --project: as a user re-runs it
     questions = [PICK, PICK, PICK, PRICE, FALLBACK, PICK, KEY]
     defaults = [term.answer(question, "").rsplit("\n", 1)[-1] for question in questions]
+    address = term.answer(ADDRESS, "")  # the project's address is the default: Enter keeps it
     code, shown = term.end()
     assert code == 0, shown
+    assert address.endswith(f"[{OPERATOR}]: "), address
     assert defaults == [
         "number or name [ground]: ",
         f"number or name [{POOL}]: ",
@@ -235,6 +249,7 @@ def test_typed_os_values_a_wrong_password_then_the_right_one(tmp_path, clouds):
     term.answer(FALLBACK, "")
     term.answer(PICK, IMAGE)
     term.answer(KEY, "new")
+    term.answer(ADDRESS, OPERATOR)
     code, shown = term.end()
     assert code == 0, shown
     assert "os-values: type the OS_* values" in listed and "app-credential" in listed

@@ -1,5 +1,6 @@
 """gpu_rent.config: every bad input is one line naming file, line and key; good input becomes one Settings."""
 
+import ipaddress
 import json
 import os
 from pathlib import Path
@@ -324,6 +325,41 @@ def test_bool_rejects_other_forms(tmp_path: Path, raw: str) -> None:
 )
 def test_operator_cidr_normalised(tmp_path: Path, raw: str, expected: str) -> None:
     assert load(make_project(tmp_path, V + f"OPERATOR_CIDR={raw}\n")).operator_cidr == expected
+
+
+def test_operator_cidr_auto_is_the_public_address_on_the_route_to_keystone(tmp_path: Path, monkeypatch) -> None:
+    routes, local = [], ["81.2.69.142"]
+
+    def route(host: str):
+        routes.append(host)
+        return ipaddress.ip_address(local[0]), ipaddress.ip_address("93.184.216.34")
+
+    monkeypatch.setattr(config, "route_to", route)  # the one route setup's check of auto goes through too
+    settings = load(make_project(tmp_path, V))
+    assert settings.resolved_operator_cidr() == "81.2.69.142/32" and routes == ["127.0.0.1"]
+    local[0] = "192.168.1.20"
+    with pytest.raises(ConfigError) as caught:
+        settings.resolved_operator_cidr()
+    assert str(caught.value) == (
+        "gpu-rent.vars: OPERATOR_CIDR=auto: this machine reaches the cloud from 192.168.1.20, a private address (NAT): "
+        "set OPERATOR_CIDR to your public address, e.g. OPERATOR_CIDR=203.0.113.7/32"
+    )
+    assert caught.value.key == "OPERATOR_CIDR"
+
+
+def test_operator_cidr_auto_without_a_route_says_so() -> None:
+    def route(host: str):
+        raise OSError(101, "Network is unreachable")
+
+    with pytest.raises(ConfigError) as caught:
+        config.auto_operator_cidr("keystone.example.com", route)
+    assert str(caught.value) == (
+        "gpu-rent.vars: OPERATOR_CIDR=auto: no route to keystone.example.com ([Errno 101] Network is unreachable); "
+        "set OPERATOR_CIDR"
+    )
+    # the real route, on loopback only: this machine reaches 127.0.0.1 from 127.0.0.1, not a public address
+    with pytest.raises(ConfigError, match=r"from 127\.0\.0\.1, a private address"):
+        config.auto_operator_cidr("127.0.0.1")
 
 
 # --- .env, cloud auth, secrets --------------------------------------------------------------------------------------

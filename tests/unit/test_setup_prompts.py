@@ -1,6 +1,11 @@
-"""The interactive gpu-rent setup without a cloud: scripted answers, a stand-in cloud listing, an injected login."""
+"""The interactive gpu-rent setup without a cloud: scripted answers, a stand-in cloud listing, an injected login.
+
+One file past 500 lines: every test drives the same scripted dialogue from the first question to the last
+(the stand-in cloud, the script builders, the injected login); split by question, each file would repeat them.
+"""
 
 import io
+import ipaddress
 import stat
 import sys
 from pathlib import Path
@@ -12,7 +17,7 @@ from openstack.exceptions import ForbiddenException
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gpu_rent import cli, setup_login, setup_prompts, setup_wizard
+from gpu_rent import cli, config, setup_login, setup_prompts, setup_wizard
 from gpu_rent.config import load
 from gpu_rent.rental import CloudUnreachable
 from gpu_rent.setup_prompts import Choice, Prompter, pick
@@ -57,6 +62,21 @@ def cloud(zones=("ru-7a", "ru-7b"), flavors=FLAVORS, images=IMAGES, regions=(), 
         config=SimpleNamespace(get_service_catalog=lambda: catalog(regions)),
         close=lambda: None,
     )
+
+
+# this machine's address on the route to the cloud, and the cloud's: public ones, so OPERATOR_CIDR=auto resolves
+PUBLIC_ROUTE = ("81.2.69.142", "93.184.216.34")
+NAT_ROUTE = ("192.168.1.20", "93.184.216.34")  # behind a home router, the cloud on the internet
+GROUND_ROUTE = ("127.0.0.1", "127.0.0.1")  # the test ground: its Keystone on loopback, a private network
+
+
+@pytest.fixture(autouse=True)
+def route(monkeypatch):
+    """The route setup finds to the cloud (config's, which OPERATOR_CIDR=auto takes): PUBLIC_ROUTE, so no address is
+    asked, unless a test sets route[:] = NAT_ROUTE or GROUND_ROUTE."""
+    way = list(PUBLIC_ROUTE)
+    monkeypatch.setattr(config, "route_to", lambda host: tuple(ipaddress.ip_address(a) for a in way))
+    return way
 
 
 class Script:
@@ -537,6 +557,56 @@ def test_one_gpu_flavor_asks_no_fallback(tmp_path, clouds):
     login, _ = logins(conn=cloud(flavors=FLAVORS[:2]))
     checked, _ = ask(tmp_path / "p", clouds, Script("good", "1", "1", "", "1", "new"), login)
     assert checked.answers.flavor_fallback == ()
+
+
+# ---------------------------------------------------------------------------------------------- OPERATOR_CIDR
+
+ASKED_BEHIND_NAT = (
+    "Your public IP address, for SSH to the VM (this machine reaches the cloud from 192.168.1.20, a private address; "
+    "your router's public address is shown by e.g. https://ifconfig.me or your router's page): "
+)
+
+
+def test_behind_nat_the_public_address_is_asked_last_and_written_over_the_commented_line(tmp_path, clouds, route):
+    route[:] = NAT_ROUTE
+    project = tmp_path / "p"
+    script = Script("good", "1", "1", "", "", "1", "new", "192.168.1.20", "", "127.0.0.1", "0.0.0.0/0", "81.2.69.142")
+    checked, shown = ask(project, clouds, script)
+    assert script.prompts[-1] == ASKED_BEHIND_NAT
+    refused = [line for line in shown.splitlines() if line.startswith("error:")]
+    assert [line.split(":")[1].strip() for line in refused] == ["192.168.1.20", "an address is required", "127.0.0.1",
+                                                                 "0.0.0.0/0"]  # fmt: skip
+    assert "a private address: the cloud sees this machine from its router's address" in refused[0]
+    assert checked.answers.operator_cidr == "81.2.69.142/32"  # a bare address: /32
+    setup_wizard.write(checked)
+    text = (project / "gpu-rent.vars").read_text()
+    assert "# OPERATOR_CIDR=auto" not in text
+    assert "or an address/network such as 203.0.113.7/32.\nOPERATOR_CIDR=81.2.69.142/32\n" in text
+    assert load(project).operator_cidr == "81.2.69.142/32"
+    # a re-run offers the project's address; Enter keeps the file as it is
+    files = {name: (project / name).read_bytes() for name in (".env", "gpu-rent.vars")}
+    script = Script(*[""] * 8)
+    checked, _ = ask(project, None, script)
+    assert script.prompts[-1] == ASKED_BEHIND_NAT.replace("): ", ") [cyan]\\[81.2.69.142/32][/]: ")
+    setup_wizard.write(checked)
+    assert {name: (project / name).read_bytes() for name in files} == files
+
+
+def test_where_auto_resolves_nothing_is_asked_and_the_line_stays(tmp_path, clouds):
+    project = tmp_path / "p"
+    checked, _ = ask(project, clouds, script := Script("good", "1", "1", "", "", "1", "new"))
+    assert not any("IP address" in prompt for prompt in script.prompts)
+    setup_wizard.write(checked)
+    assert "\n# OPERATOR_CIDR=auto\n" in (project / "gpu-rent.vars").read_text()
+
+
+def test_on_a_private_cloud_a_private_address_is_taken_a_loopback_one_not(tmp_path, clouds, route):
+    route[:] = GROUND_ROUTE
+    script = Script("good", "1", "1", "", "", "1", "new", "127.0.0.1", "10.231.7.1")
+    checked, shown = ask(tmp_path / "p", clouds, script)
+    assert "127.0.0.1, a loopback address; the cloud, at 127.0.0.1, is on a private network too" in script.prompts[-1]
+    assert "127.0.0.1: a loopback address" in shown
+    assert checked.answers.operator_cidr == "10.231.7.1/32"
 
 
 # ---------------------------------------------------------------------------------------------- the command, typed
