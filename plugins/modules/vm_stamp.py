@@ -22,6 +22,7 @@ options:
   inputs: {description: What the work depends on (hashed, never stored or returned)., type: raw, required: true}
   files: {description: Files whose content must stay as the role left it., type: list, elements: path, default: []}
   units: {description: systemd units that must be active., type: list, elements: str, default: []}
+  absent: {description: Files that must not exist (a rebuild asked for)., type: list, elements: path, default: []}
   force: {description: Report stale whatever the stamp says (e.g. an update was asked for)., type: bool, default: false}
   dir: {description: Where stamps are kept., type: path, default: /var/lib/gpu-rent/stamps}
 """
@@ -40,9 +41,10 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 
-def digest(inputs, files, units) -> str:
+def digest(inputs, files, units, absent=()) -> str:
     """The inputs with the lists of what is checked: a role that starts checking one more file is stale once."""
-    text = json.dumps({"inputs": inputs, "files": sorted(files), "units": sorted(units)}, sort_keys=True, default=str)
+    lists = {"files": sorted(files), "units": sorted(units), "absent": sorted(absent)}
+    text = json.dumps({"inputs": inputs, **lists}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -57,7 +59,7 @@ def file_sum(path: str) -> str | None:
         return None
 
 
-def judge(recorded, wanted: str, sums: dict, inactive: list, force: bool) -> str:
+def judge(recorded, wanted: str, sums: dict, inactive: list, force: bool, present=()) -> str:
     """Why the stamp is stale, or "" when fresh. Pure: the reads are done by the caller."""
     if force:
         return "asked to run whole"
@@ -73,6 +75,8 @@ def judge(recorded, wanted: str, sums: dict, inactive: list, force: bool) -> str
             return f"{path} changed"
     if inactive:
         return f"{', '.join(inactive)} not active"
+    if present:
+        return f"{', '.join(present)} exists"
     return ""
 
 
@@ -118,6 +122,7 @@ def main() -> None:
             inputs=dict(type="raw", required=True, no_log=True),
             files=dict(type="list", elements="path", default=[]),
             units=dict(type="list", elements="str", default=[]),
+            absent=dict(type="list", elements="path", default=[]),
             force=dict(type="bool", default=False),
             dir=dict(type="path", default="/var/lib/gpu-rent/stamps"),
         ),
@@ -125,14 +130,16 @@ def main() -> None:
     )
     p = module.params
     path = os.path.join(p["dir"], p["name"] + ".json")
-    wanted = digest(p["inputs"], p["files"], p["units"])
+    wanted = digest(p["inputs"], p["files"], p["units"], p["absent"])
     if p["state"] == "record":
         if not module.check_mode:
             write(path, {"digest": wanted, "files": {f: file_sum(f) for f in p["files"]}})
         module.exit_json(changed=False, fresh=True, why="")
     recorded = read(path)
     kept = recorded.get("files") if isinstance(recorded, dict) and isinstance(recorded.get("files"), dict) else {}
-    why = judge(recorded, wanted, {f: file_sum(f) for f in kept}, inactive_units(module, p["units"]), p["force"])
+    present = [f for f in p["absent"] if os.path.lexists(f)]
+    sums = {f: file_sum(f) for f in kept}
+    why = judge(recorded, wanted, sums, inactive_units(module, p["units"]), p["force"], present)
     module.exit_json(changed=False, fresh=not why, why=why)
 
 

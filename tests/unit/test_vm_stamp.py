@@ -67,3 +67,13 @@ def test_file_sums_follow_content(tmp_path):
     f.write_bytes(b"x" * 2_999_999 + b"y")
     assert vm_stamp.file_sum(str(f)) != first
     assert vm_stamp.file_sum(str(tmp_path / "absent")) is None
+
+
+def test_a_file_that_must_be_absent_makes_it_stale_while_it_exists():
+    """SwarmUI's must_rebuild: the launcher would rebuild (and fall back) behind the role's back."""
+    recorded = {"digest": vm_stamp.digest(INPUTS, [], [], ["/opt/swarmui/src/bin/must_rebuild"]), "files": {}}
+    wanted = vm_stamp.digest(INPUTS, [], [], ["/opt/swarmui/src/bin/must_rebuild"])
+    assert vm_stamp.judge(recorded, wanted, {}, [], force=False) == ""
+    assert vm_stamp.judge(recorded, wanted, {}, [], False, ["/opt/swarmui/src/bin/must_rebuild"]) == (
+        "/opt/swarmui/src/bin/must_rebuild exists"
+    )
