@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml requirements/constraints.txt
 	$(BIN)/pip install -q -c requirements/constraints.txt -e '.[dev]' >/dev/null
 	touch $@
 
-ground-up:
+ground-up: setup
 	ground/up.sh
 
 ground-down:
