@@ -6,7 +6,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 apt_packages="mariadb-server rabbitmq-server podman runc debootstrap iproute2 iptables
-  openssh-client openssh-server e2fsprogs xfsprogs util-linux git curl socat uidmap"
+  openssh-client openssh-server e2fsprogs xfsprogs util-linux git curl socat uidmap zstd"
 missing=()
 for p in $apt_packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
