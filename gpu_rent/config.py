@@ -27,7 +27,7 @@ from dotenv.parser import parse_stream
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack.config.cloud_region import CloudRegion
 
-from gpu_rent import swarmui_versions
+from gpu_rent import llm_models, swarmui_versions
 
 VARS_FILE = "gpu-rent.vars"
 ENV_FILE = ".env"
@@ -91,6 +91,11 @@ KEYS: dict[str, Key] = {
     "IDLE_SHELL": Key(
         "true/false, yes/no, on/off or 1/0", True, "a key typed in a shell on the VM keeps it IDLE_MINUTES from the key"
     ),
+    "IDLE_LLM": Key(
+        "true/false, yes/no, on/off or 1/0",
+        True,
+        "the LLM runtime's own activity (a model Ollama keeps loaded, a llama.cpp slot at work) keeps the VM",
+    ),
     "KEEP_ALIVE_COMMAND": Key(
         "a shell command", None, "run on the VM each minute; the VM stays while it exits 0 (empty: none)"
     ),
@@ -101,6 +106,21 @@ KEYS: dict[str, Key] = {
     ),
     "LOCAL_PORT": Key("a TCP port, 1..65535", 17801, "SwarmUI on this machine: http://127.0.0.1:LOCAL_PORT"),
     "REMOTE_PORT": Key("a TCP port, 1..65535", 7801, "SwarmUI's port on the VM (reached only through SSH)"),
+    "LLM_RUNTIME": Key(
+        "none, ollama or llamacpp",
+        "none",
+        f"an LLM runtime beside SwarmUI on the VM's GPU, its models in {llm_models.MODELS_FILE} (none: no runtime)",
+    ),
+    "LLM_LOCAL_PORT": Key(
+        "a TCP port, 1..65535, not LOCAL_PORT",
+        11434,
+        "the LLM runtime on this machine: http://127.0.0.1:LLM_LOCAL_PORT (with LLM_RUNTIME on)",
+    ),
+    "LLM_REMOTE_PORT": Key(
+        "a TCP port, 1..65535, not REMOTE_PORT",
+        11434,
+        "the LLM runtime's port on the VM, on 127.0.0.1 only (reached only through SSH)",
+    ),
     "PULL_OUTPUT": Key("true/false, yes/no, on/off or 1/0", True, "copy generated images here before stopping"),
     "KEEP_FLOATING_IP": Key("true/false, yes/no, on/off or 1/0", False, "keep the floating IP between rentals"),
     "PUSH_FOLDERS": Key(
@@ -248,10 +268,14 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "IDLE_GRACE_MINUTES": _whole(0),
     "IDLE_GPU_PERCENT": _off_or(_whole(0, 100)),
     "IDLE_SHELL": _bool,
+    "IDLE_LLM": _bool,
     "KEEP_ALIVE_COMMAND": _text,
     "BILLING_HOUR": _matching(r"off|clock|rental", "is none of off, clock, rental"),
     "LOCAL_PORT": _whole(1, 65535),
     "REMOTE_PORT": _whole(1, 65535),
+    "LLM_RUNTIME": _matching(r"none|ollama|llamacpp", "is none of none, ollama, llamacpp"),
+    "LLM_LOCAL_PORT": _whole(1, 65535),
+    "LLM_REMOTE_PORT": _whole(1, 65535),
     "PULL_OUTPUT": _bool,
     "KEEP_FLOATING_IP": _bool,
     "PUSH_FOLDERS": _push_folders,
@@ -331,7 +355,27 @@ def _read_vars(project_dir: Path) -> dict[str, Any]:
             values[key] = _PARSERS[key](raw)
         except _Bad as bad:
             raise ConfigError(VARS_FILE, f"{key}={raw} {bad} ({spec.kind})", line=line, key=key) from None
+    _ports_apart(values, found)
     return values
+
+
+# each LLM port against SwarmUI's on the same side of the tunnel: one port cannot forward, or serve, both
+_PORT_PAIRS = (("LLM_LOCAL_PORT", "LOCAL_PORT", "this machine"), ("LLM_REMOTE_PORT", "REMOTE_PORT", "the VM"))
+
+
+def _ports_apart(values: dict[str, Any], found: dict[str, tuple[str, int]]) -> None:
+    if values["LLM_RUNTIME"] == "none":  # no runtime: its ports are used by nothing
+        return
+    for llm_key, swarm_key, side in _PORT_PAIRS:
+        if values[llm_key] == values[swarm_key]:
+            # named by the key the file sets (the LLM one when both): the other may be its default
+            key, other = (swarm_key, llm_key) if llm_key not in found and swarm_key in found else (llm_key, swarm_key)
+            raise ConfigError(
+                VARS_FILE,
+                f"{key}={values[key]} is {other} too: SwarmUI and the LLM runtime need a port each on {side}",
+                line=found[key][1] if key in found else None,
+                key=key,
+            )
 
 
 # --- .env and cloud auth ---------------------------------------------------------------------------------------------
@@ -555,10 +599,14 @@ class Settings:
     idle_grace_minutes: int
     idle_gpu_percent: int | None
     idle_shell: bool
+    idle_llm: bool
     keep_alive_command: str | None
     billing_hour: str
     local_port: int
     remote_port: int
+    llm_runtime: str
+    llm_local_port: int
+    llm_remote_port: int
     pull_output: bool
     keep_floating_ip: bool
     push_folders: tuple[tuple[str, str], ...]
@@ -578,6 +626,8 @@ class Settings:
     civitai_token: str | None = field(default=None, repr=False)
     # seed.yml, checked: {"extensions": [...], "autocomplete": [...], "models": [...]}
     seed: dict = field(default_factory=lambda: {"extensions": [], "autocomplete": [], "models": []}, hash=False)
+    # ollama-models.yaml, checked: LLM_RUNTIME's own part (llm_models.load); empty with LLM_RUNTIME=none
+    llm_models: list = field(default_factory=list, hash=False)
 
     @property
     def runtime_dir(self) -> Path:
@@ -702,6 +752,10 @@ def load(project_dir: Path, *, with_cloud: bool = True) -> Settings:
 
     project_dir = Path(project_dir).expanduser().resolve()
     values = _read_vars(project_dir)
+    try:
+        models = llm_models.load(project_dir, values["LLM_RUNTIME"])
+    except llm_models.ModelsFileError as e:
+        raise ConfigError(e.file, e.message, line=e.line) from None
     file_env = _read_env(project_dir)
     if with_cloud:
         env = _merged_env(file_env, os.environ)
@@ -716,4 +770,5 @@ def load(project_dir: Path, *, with_cloud: bool = True) -> Settings:
         cloud=cloud,
         civitai_token=env.get("CIVITAI_TOKEN"),
         seed=seed_list.load(project_dir),
+        llm_models=models,
     )

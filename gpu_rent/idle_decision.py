@@ -12,17 +12,21 @@ The rules, in order (SPEC §7, with the order of work and trouble fixed by issue
 3. so does a valid seeding lock, and a partial download being written;
 4. any sign of work keeps it and restarts the empty-queue clock, whatever else is
    wrong: a GetGlobalStatus counter above 0, a prompt in any ComfyUI's own
-   queue, a GPU busier than IDLE_GPU_PERCENT, the user's KEEP_ALIVE_COMMAND
-   exiting 0 - even when SwarmUI's aggregate backend_status says errored (it does
-   as soon as ANY backend errored, BackendHandler.CurrentBackendStatus), or
-   SwarmUI answers with an error;
+   queue, a GPU busier than IDLE_GPU_PERCENT, the LLM runtime's own activity (a
+   model Ollama keeps loaded, a llama.cpp slot or request at work), the user's
+   KEEP_ALIVE_COMMAND exiting 0 - even when SwarmUI's aggregate backend_status
+   says errored (it does as soon as ANY backend errored,
+   BackendHandler.CurrentBackendStatus), or SwarmUI answers with an error;
 5. trouble - the data volume not mounted or without its marker, SwarmUI not
    answering or answering with an error, none of gpu-rent's own ComfyUI backends
    running (read from ListBackends, not the aggregate: a user's extra errored
    backend is no trouble while one of ours runs), a ComfyUI that runs but does
    not tell its queue - counts as busy only up to a cap, so that no trouble keeps
    a VM alive for ever; so does a KEEP_ALIVE_COMMAND that cannot say (not found,
-   timed out): never silently idle;
+   timed out), and an LLM runtime that runs but does not tell (a timeout, an
+   HTTP 5xx, an answer of another shape, a model kept loaded for ever): never
+   silently idle. An LLM runtime that is not there to ask (nothing listens on
+   its port, the route is switched off) is only named: it can run nothing;
 6. then the clock runs, and the VM goes when it has run IDLE_MINUTES. It never
    runs from before the last key typed in a terminal (a person in an SSH shell):
    a shell keeps the VM IDLE_MINUTES after its last input, and a terminal left
@@ -56,6 +60,10 @@ BUSY_COUNTERS = ("waiting_gens", "live_gens", "waiting_backends", "loading_model
 # Data/Backends.fds, one backend per GPU).
 OUR_BACKEND_TYPE = "comfyui_selfstart"
 OUR_START_SCRIPT = "dlbackend/ComfyUI/main.py"
+LLM_NAMES = {"ollama": "Ollama", "llamacpp": "llama.cpp"}
+# Ollama keeps a model "for ever" (a keep_alive below 0) as a keep-alive of MaxInt64 ns, ~292 years
+# (envconfig.KeepAlive, api.Duration): its expires_at then says nothing of when it was last used.
+LLM_FOREVER_SECONDS = 100 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,22 @@ class Limits:
     billing_hour: str = "off"  # BILLING_HOUR: off, clock or rental - how the cloud bills the hour begun
     billing_margin_seconds: float = 180  # a paid hour is used up to this long before it ends
     rental_started_at: float | None = None  # the server's creation, where hours count from it (rental)
+
+
+@dataclass(frozen=True)
+class LlmLook:
+    """What the LLM runtime on the VM said of its own activity (idle_look.llm_look)."""
+
+    runtime: str  # "ollama" or "llamacpp"
+    # Ollama's GET /api/ps: each loaded model's name and when its keep-alive ends (unix time; None: not told)
+    models: tuple[tuple[str, float | None], ...] = ()
+    slots: tuple[bool, ...] | None = None  # llama.cpp's GET /slots: each slot's is_processing; None: not read
+    # llama.cpp's GET /metrics, read when /slots is off: requests processing plus deferred; None: not read
+    requests: int | None = None
+    error: str | None = None  # why nothing was read
+    # it answered, or did not within the timeout, without telling (an HTTP 5xx such as llama.cpp's 503 while
+    # it loads, an answer of another shape): it may be working; False with an error: nothing there to ask
+    silent: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +120,7 @@ class Observation:
     shell_input: tuple[float, str] | None = None
     keep_alive: bool | None = None  # KEEP_ALIVE_COMMAND: True exited 0, False another code, None not set
     keep_alive_error: str | None = None  # why KEEP_ALIVE_COMMAND could not say (not found, timed out)
+    llm: LlmLook | None = None  # the LLM runtime's look; None: not looked at (LLM_RUNTIME=none or IDLE_LLM off)
 
 
 @dataclass(frozen=True)
@@ -158,8 +183,8 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         memory = replace(memory, troubled_since=None)
         running = backends_line(seen.backends)
         reason = f"queue empty, {running}" if running else "queue empty"
-    gpu = _quiet_gpu(seen, limits)
-    reason = f"{reason}, {gpu}" if gpu else reason
+    for note in (_quiet_gpu(seen, limits), _quiet_llm(seen)):
+        reason = f"{reason}, {note}" if note else reason
 
     idle_since = idle_since if idle_since is not None else now
     if typed is not None and typed[0] > idle_since:  # a person typed since: the clock runs from the key
@@ -195,6 +220,7 @@ def _trouble(seen: Observation, limits: Limits) -> str | None:
     found = [_swarm_trouble(seen)]
     if _gpu_unreadable(seen, limits):  # a driver and library of two versions: a job may still run
         found.append(f"GPU not read ({_line(seen.gpu_error or 'no reading')})")
+    found.append(_llm_trouble(seen))
     if seen.keep_alive_error:
         found.append(f"KEEP_ALIVE_COMMAND {_line(seen.keep_alive_error)}")
     return "; ".join(t for t in found if t) or None
@@ -243,6 +269,9 @@ def _work(seen: Observation, limits: Limits) -> str | None:
         hot = [(i, u) for i, u, _mem in seen.gpus if u is not None and u > limits.gpu_percent]
         if hot:
             busy.append(", ".join(f"GPU {i} at {u:.0f} %" for i, u in hot))
+    llm = _llm_work(seen)
+    if llm:
+        busy.append(llm)
     if seen.keep_alive:
         busy.append("KEEP_ALIVE_COMMAND exits 0")
     return ", ".join(busy) or None
@@ -257,6 +286,81 @@ def _quiet_gpu(seen: Observation, limits: Limits) -> str | None:
     if not seen.gpus:
         return "no GPU found"
     return "no GPU work"
+
+
+def _llm_models(seen: Observation) -> tuple[list[tuple[str, float | None]], list[str]]:
+    """Ollama's loaded models: those whose keep-alive tells of their use, and those kept for ever."""
+    told, forever = [], []
+    for name, ends in seen.llm.models if seen.llm else ():
+        if ends is not None and ends - seen.now > LLM_FOREVER_SECONDS:
+            forever.append(name)
+        else:
+            told.append((name, ends))
+    return told, forever
+
+
+def _llm_work(seen: Observation) -> str | None:
+    """'LLM runtime: model llama3.2:1b loaded (keep-alive for 4 min more)', a llama.cpp slot or request at work."""
+    llm = seen.llm
+    if llm is None or llm.error:
+        return None
+    told, _forever = _llm_models(seen)
+    if told:
+        # Ollama lists a model from its load until its keep-alive ends; a request keeps it however long it
+        # runs (server/sched.go: the expiry is set when the last request ends), so a past end means in use
+        name, ends = min(told, key=lambda model: _llm_rank(model[1], seen.now))
+        if ends is None:
+            kept = ""
+        elif ends <= seen.now:
+            kept = " (in use)"
+        else:
+            kept = f" (keep-alive for {_minutes(ends - seen.now)} more)"
+        more = f" and {len(told) - 1} more" if len(told) > 1 else ""
+        return f"LLM runtime: model {_line(name)} loaded{kept}{more}"
+    if llm.slots and any(llm.slots):
+        slots = _plural(len(llm.slots), "slot")
+        return f"LLM runtime: {sum(llm.slots)} of {len(llm.slots)} llama.cpp {slots} processing"
+    if llm.requests:
+        return f"LLM runtime: {llm.requests} llama.cpp {_plural(llm.requests, 'request')} processing or deferred"
+    return None
+
+
+def _llm_rank(ends: float | None, now: float) -> tuple[int, float]:
+    """The model a reason names first: one in use, else the one kept longest, else one that did not say."""
+    if ends is None:
+        return 2, 0.0
+    return (0, 0.0) if ends <= now else (1, -ends)
+
+
+def _llm_trouble(seen: Observation) -> str | None:
+    """An LLM runtime that runs but cannot tell whether it works."""
+    llm = seen.llm
+    if llm is None:
+        return None
+    if llm.error:
+        name = LLM_NAMES.get(llm.runtime, llm.runtime)
+        return f"LLM runtime: {name} not read ({_line(llm.error)})" if llm.silent else None
+    _told, forever = _llm_models(seen)
+    if forever:
+        return f"LLM runtime: model {_line(forever[0])} kept loaded for ever (keep_alive -1), its use unseen"
+    return None
+
+
+def _quiet_llm(seen: Observation) -> str | None:
+    """What an idle tick knows of the LLM runtime: 'no Ollama model loaded', or why it was not read."""
+    llm = seen.llm
+    if llm is None or llm.silent or _llm_models(seen)[1]:  # trouble says it
+        return None
+    name = LLM_NAMES.get(llm.runtime, llm.runtime)
+    if llm.error:  # nothing listens, or the route is off: it can run nothing, or its work cannot be seen
+        return f"{name} not read ({_line(llm.error)})"
+    if llm.runtime == "ollama":
+        return "no Ollama model loaded"
+    return "no llama.cpp slot processing" if llm.slots is not None else "no llama.cpp request"
+
+
+def _plural(count: int, noun: str) -> str:
+    return noun if count == 1 else f"{noun}s"
 
 
 def _gpu_unreadable(seen: Observation, limits: Limits) -> bool:

@@ -15,8 +15,9 @@ self-start ComfyUI backends, one per GPU) in one session kept from tick to tick;
 ComfyUI process in swarmui.service's cgroup, at the port its command line names (the port moves at
 each launch); partial downloads under Models; the seeding lock, the hold, and the data volume's
 mount and marker; each GPU's utilisation (nvidia-smi); the newest key typed in a terminal (the
-atime of /dev/pts/N, as `w` reads it); the user's KEEP_ALIVE_COMMAND. SwarmUI's errors are read
-from their HTTP 401/400 bodies and named by error_id.
+atime of /dev/pts/N, as `w` reads it); the LLM runtime's own activity (LLM_RUNTIME: Ollama's loaded
+models, llama.cpp's slots); the user's KEEP_ALIVE_COMMAND. SwarmUI's errors are read from their HTTP
+401/400 bodies and named by error_id.
 
 The config (/root/.gpu-rent/idle-killer.json, 0600) holds the credential; the status file holds
 no secret, and is what `gpu-rent status` reads over SSH.
@@ -70,6 +71,7 @@ try:
         fresh_downloads,
         last_terminal_input,
         live_comfy_ports,
+        llm_look,
         read_gpus,
         read_time,
         run_keep_alive,
@@ -85,6 +87,7 @@ except ImportError:  # on the VM: idle_look.py lies beside this file
         fresh_downloads,
         last_terminal_input,
         live_comfy_ports,
+        llm_look,
         read_gpus,
         read_time,
         run_keep_alive,
@@ -142,6 +145,9 @@ class Config:
     billing_hour: str = "off"  # BILLING_HOUR: off, clock or rental
     billing_margin_seconds: float = 180  # a paid hour is used up to this long before it ends
     rental_started_at: float | None = None  # the server's creation (unix time), for BILLING_HOUR=rental
+    llm_runtime: str = "none"  # LLM_RUNTIME: ollama or llamacpp, whose own activity keeps the VM; none: no runtime
+    llm_url: str = "http://127.0.0.1:11434"  # the runtime's API on the VM (LLM_REMOTE_PORT)
+    llm: bool = True  # IDLE_LLM: the runtime is asked each tick; off: not looked at
 
     @classmethod
     def load(cls, path: Path) -> Config:
@@ -157,8 +163,12 @@ class Config:
         if "gpu_percent" in known:  # off (YAML reads it as false), empty or null: GPUs not looked at
             raw = known["gpu_percent"]
             known["gpu_percent"] = None if raw is False or raw in (None, "", "off", "False", "None") else float(raw)
-        if "shell" in known:
-            known["shell"] = str(known["shell"]).lower() in ("true", "1", "yes", "on")
+        for key in ("shell", "llm"):
+            if key in known:
+                known[key] = str(known[key]).lower() in ("true", "1", "yes", "on")
+        known["llm_runtime"] = str(known.get("llm_runtime") or "none")
+        if known["llm_runtime"] not in ("none", "ollama", "llamacpp"):
+            raise ValueError(f"llm_runtime {known['llm_runtime']!r} is none of none, ollama, llamacpp")
         known["keep_alive_command"] = str(known.get("keep_alive_command") or "")
         if "billing_margin_seconds" in known:
             known["billing_margin_seconds"] = float(known["billing_margin_seconds"])
@@ -386,6 +396,8 @@ def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLo
         seen = replace(seen, gpus=gpu.gpus, gpu_error=gpu.error, gpu_absent=gpu.absent)
     if cfg.shell:
         seen = replace(seen, shell_input=last_terminal_input(cfg.pts_root))
+    if cfg.llm and cfg.llm_runtime != "none":
+        seen = replace(seen, llm=llm_look(cfg.llm_runtime, cfg.llm_url))
     if cfg.keep_alive_command:
         verdict, why = run_keep_alive(cfg.keep_alive_command, cfg.keep_alive_timeout)
         seen = replace(seen, keep_alive=verdict, keep_alive_error=why)
@@ -421,6 +433,8 @@ def _tick(cfg: Config, now: float | None, say) -> dict:
         # each GPU as nvidia-smi told it, None when not read (gpu_error says why)
         "gpus": None if seen.gpus is None else [dict(zip(GPU_FIELDS, g, strict=True)) for g in seen.gpus],
         "gpu_error": seen.gpu_error,
+        # what the LLM runtime told (its loaded models, slots or requests), None when not asked
+        "llm": None if seen.llm is None else asdict(seen.llm),
         "fires_at": decision.fires_at,
         "paid_until": decision.paid_until,
         "memory": asdict(decision.memory),

@@ -2,9 +2,10 @@
 
 SwarmUI's GetGlobalStatus and ListBackends (one session kept from tick to tick), every ComfyUI's
 own queue at the port its command line names, partial downloads, the lock and hold files, the data
-volume, each GPU's utilisation, the newest key typed in a terminal, and the user's
-KEEP_ALIVE_COMMAND. Each returns what it saw or why it saw nothing; idle_decision decides. Standard
-library only, installed beside idle_killer.py on the VM.
+volume, each GPU's utilisation, the newest key typed in a terminal, the LLM runtime's own activity
+(Ollama's loaded models, llama.cpp's slots), and the user's KEEP_ALIVE_COMMAND. Each returns what it
+saw or why it saw nothing; idle_decision decides. Standard library only, installed beside
+idle_killer.py on the VM.
 """
 
 from __future__ import annotations
@@ -13,19 +14,21 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import signal
 import subprocess
 import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
 try:
-    from gpu_rent.idle_decision import OUR_START_SCRIPT, our_backends
+    from gpu_rent.idle_decision import OUR_START_SCRIPT, LlmLook, our_backends
 except ImportError:  # on the VM: idle_decision.py lies beside this file
-    from idle_decision import OUR_START_SCRIPT, our_backends  # type: ignore[no-redef]
+    from idle_decision import OUR_START_SCRIPT, LlmLook, our_backends  # type: ignore[no-redef]
 
 HTTP_TIMEOUT = 10
 # ComfyUI answers its routes while a prompt runs (aiohttp beside the execution thread); a busy GPU
@@ -194,6 +197,108 @@ def comfy_queues(ports: tuple[int, ...]) -> list[dict]:
             pass
         found.append({"port": port, "queue": queue})
     return found
+
+
+# the LLM runtime answers its status routes beside its work (Ollama's are goroutines of its Go server,
+# llama-server's a task between two decode steps): a few seconds, then it counts as not telling
+LLM_TIMEOUT = 5
+# a route that is not there (404) or switched off (llama-server's 501 not_supported_error for /slots
+# without --slots, /metrics without --metrics): nothing to read, and nothing to invent in its place
+_ROUTE_OFF = (404, 501)
+
+
+def llm_look(runtime: str, url: str, timeout: float = LLM_TIMEOUT) -> LlmLook:
+    """What the LLM runtime on the VM says of its own activity: Ollama's loaded models, or llama.cpp's
+    slots (its /metrics where /slots is off)."""
+    if runtime == "ollama":
+        return _ollama_look(url, timeout)
+    return _llamacpp_look(url, timeout)
+
+
+def _ollama_look(url: str, timeout: float) -> LlmLook:
+    """GET /api/ps (Ollama's docs/api.md "List Running Models"; server/routes.go PsHandler):
+    {"models": [{"name", "model", "size", "digest", "details", "expires_at", "size_vram", ...}]}, every
+    model loaded now; name as Name.DisplayShortest, expires_at an RFC 3339 time."""
+    try:
+        answer = _get(f"{url}/api/ps", timeout)
+        models = json.loads(answer)["models"] or []
+        if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+            raise ValueError("models is not a list of models")
+        found = tuple((str(m.get("name") or m.get("model") or "?"), go_time(m.get("expires_at"))) for m in models)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        return _llm_unread("ollama", e)
+    return LlmLook("ollama", models=found)
+
+
+def _llamacpp_look(url: str, timeout: float) -> LlmLook:
+    """GET /slots (llama.cpp's tools/server/README.md: a list of slots, each with is_processing); where
+    llama-server runs with --no-slots, GET /metrics (only with --metrics): the gauges
+    llamacpp:requests_processing and llamacpp:requests_deferred."""
+    try:
+        slots = json.loads(_get(f"{url}/slots", timeout))
+        if not isinstance(slots, list) or not all(isinstance(s, dict) and "is_processing" in s for s in slots):
+            raise ValueError("not a list of slots with is_processing")
+        return LlmLook("llamacpp", slots=tuple(bool(s["is_processing"]) for s in slots))
+    except urllib.error.HTTPError as e:
+        if e.code not in _ROUTE_OFF:
+            return _llm_unread("llamacpp", e)
+        slots_off = why(e)
+    except (OSError, ValueError, TypeError) as e:
+        return _llm_unread("llamacpp", e)
+    try:
+        gauges = prometheus_values(_get(f"{url}/metrics", timeout).decode(errors="replace"))
+        requests = gauges["llamacpp:requests_processing"] + gauges.get("llamacpp:requests_deferred", 0.0)
+    except urllib.error.HTTPError as e:
+        if e.code in _ROUTE_OFF:
+            return LlmLook("llamacpp", error=f"/slots off ({slots_off}), /metrics off ({why(e)})")
+        return _llm_unread("llamacpp", e)
+    except (OSError, ValueError, KeyError) as e:
+        return _llm_unread("llamacpp", e)
+    return LlmLook("llamacpp", requests=int(requests))
+
+
+def _get(url: str, timeout: float) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        return reply.read()
+
+
+def _llm_unread(runtime: str, error: BaseException) -> LlmLook:
+    """Why the runtime was not read. Nothing listening on its port (not installed yet, stopped, crashed) can
+    run nothing: no trouble. A route that is off tells nothing: no trouble either. Anything else (a timeout, an
+    HTTP 5xx, an answer of another shape) comes from a runtime that runs and may be working: silent."""
+    refused = isinstance(error, ConnectionRefusedError) or (
+        isinstance(error, urllib.error.URLError) and isinstance(error.reason, ConnectionRefusedError)
+    )
+    route_off = isinstance(error, urllib.error.HTTPError) and error.code in _ROUTE_OFF
+    return LlmLook(runtime, error=why(error), silent=not (refused or route_off))
+
+
+_GO_TIME = re.compile(r"(\d{4}-\d\d-\d\d)[Tt](\d\d:\d\d:\d\d)(?:\.(\d+))?([Zz]|[+-]\d\d:\d\d)")
+
+
+def go_time(text: object) -> float | None:
+    """A unix time from Go's time.Time in JSON (RFC 3339, up to nanoseconds: "2024-06-04T14:38:31.83753-07:00");
+    None when it is none. By hand: the VM's python3 may be 3.10, whose fromisoformat takes 3 or 6 digits only."""
+    match = _GO_TIME.fullmatch(text) if isinstance(text, str) else None
+    if not match:
+        return None
+    fraction = (match[3] or "")[:6].ljust(6, "0")
+    zone = "+00:00" if match[4] in "Zz" else match[4]
+    try:
+        return datetime.fromisoformat(f"{match[1]}T{match[2]}.{fraction}{zone}").timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
+def prometheus_values(text: str) -> dict[str, float]:
+    """Each unlabelled sample of a Prometheus text exposition ("name value" a line, # for comments)."""
+    values = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and not fields[0].startswith("#") and "{" not in fields[0]:
+            with contextlib.suppress(ValueError):
+                values[fields[0]] = float(fields[1])
+    return values
 
 
 def data_volume_problem(mount: str, marker: str) -> str | None:

@@ -117,6 +117,13 @@ BAD = [
     ("line without =", V + "# comment\nIDLE_MINUTES 30\n", CLOUD_ENV, "gpu-rent.vars:5", "IDLE_MINUTES",
      "has no '='"),
     ("unmatched quote", V + 'VOLUME_TYPE="fast\n', CLOUD_ENV, "gpu-rent.vars:4", "VOLUME_TYPE", "unmatched quote"),
+    ("unknown llm runtime", V + "LLM_RUNTIME=vllm\n", CLOUD_ENV, "gpu-rent.vars:4", "LLM_RUNTIME=vllm",
+     "is none of none, ollama, llamacpp (none, ollama or llamacpp)"),
+    ("llm port out of range", V + "LLM_REMOTE_PORT=65536\n", CLOUD_ENV, "gpu-rent.vars:4", "LLM_REMOTE_PORT",
+     "out of range"),
+    ("bad llm switch", V + "IDLE_LLM=sometimes\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_LLM=sometimes", "yes/no"),
+    ("llm port is swarmui's", V + "LLM_RUNTIME=ollama\nLLM_LOCAL_PORT=17801\n", CLOUD_ENV, "gpu-rent.vars:5",
+     "LLM_LOCAL_PORT=17801", "is LOCAL_PORT too: SwarmUI and the LLM runtime need a port each on this machine"),
     ("unknown env key", V, CLOUD_ENV + "AWS_SECRET=x\n", ".env", "AWS_SECRET",
      "unknown key AWS_SECRET (allowed: OS_* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN)"),
     ("env key without value", V, CLOUD_ENV + "GPU_RENT_SSH_KEY\n", ".env", "GPU_RENT_SSH_KEY", "has no value"),
@@ -223,13 +230,15 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.runtime_dir == project.resolve() / ".gpu-rent"
     assert settings.flavors() == ("gpu.a100.1",)
     assert settings.pools() == ("ru-7a",)
+    assert (settings.llm_runtime, settings.llm_local_port, settings.llm_remote_port) == ("none", 11434, 11434)
+    assert settings.idle_llm is True and settings.llm_models == []
 
 
 def test_keys_table_matches_settings_fields() -> None:
     names = {f.lower() for f in KEYS}
     fields = set(Settings.__dataclass_fields__)
     assert names <= fields
-    assert fields - names == {"project_dir", "ssh_key", "cloud", "civitai_token", "seed"}
+    assert fields - names == {"project_dir", "ssh_key", "cloud", "civitai_token", "seed", "llm_models"}
     for key, (kind, default, meaning) in KEYS.items():
         assert kind and meaning, key
         # a default written into gpu-rent.vars must mean the same as leaving the key out
@@ -284,6 +293,34 @@ REQUIRE_GPU=0
     assert s.external_network == "external network"
     assert s.subnet_cidr == "10.20.30.0/24"
     assert (s.swarmui_repo, s.swarmui_version) == ("https://example.org/SwarmUI.git", "0.9.7")
+
+
+def test_the_llm_settings(tmp_path: Path) -> None:
+    text = V + "LLM_RUNTIME=llamacpp\nLLM_LOCAL_PORT=18080\nLLM_REMOTE_PORT=8080\nIDLE_LLM=off\n"
+    s = load(make_project(tmp_path, text))
+    assert (s.llm_runtime, s.llm_local_port, s.llm_remote_port, s.idle_llm) == ("llamacpp", 18080, 8080, False)
+    assert s.llm_models == []  # no ollama-models.yaml: no models
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the key the file sets is named, on its line; the LLM one when both are set
+        ("LLM_RUNTIME=ollama\nREMOTE_PORT=11434\n",
+         "gpu-rent.vars:5: REMOTE_PORT=11434 is LLM_REMOTE_PORT too: SwarmUI and the LLM runtime need a port each on "
+         "the VM"),
+        ("LLM_RUNTIME=ollama\nLOCAL_PORT=8000\nLLM_LOCAL_PORT=8000\n",
+         "gpu-rent.vars:6: LLM_LOCAL_PORT=8000 is LOCAL_PORT too: SwarmUI and the LLM runtime need a port each on "
+         "this machine"),
+    ],
+)  # fmt: skip
+def test_the_llm_runtime_needs_ports_of_its_own(tmp_path: Path, text: str, expected: str) -> None:
+    assert load_error(make_project(tmp_path, V + text)) == expected
+
+
+def test_without_an_llm_runtime_its_ports_are_not_judged(tmp_path: Path) -> None:
+    s = load(make_project(tmp_path, V + "LLM_LOCAL_PORT=17801\nLLM_REMOTE_PORT=7801\n"))
+    assert (s.llm_runtime, s.llm_local_port) == ("none", 17801)
 
 
 def test_empty_value_means_default(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from gpu_rent.idle_decision import (
     KEEP,
     Decision,
     Limits,
+    LlmLook,
     Memory,
     Observation,
     decide,
@@ -191,6 +192,7 @@ TROUBLES = {
     "aggregate errored, ListBackends unread": {"status": ERRORED, "backends_error": "bad_route Unknown API route"},
     "none of ours running": {"status": ERRORED, "backends": ("errored", "loading")},
     "none of ours at all": {"backends": ()},
+    "LLM runtime not telling": {"llm": LlmLook("ollama", error="timed out", silent=True)},
 }
 # what keeps the VM, from the first rule on, each with the reason it must give
 KEEPERS = {
@@ -200,6 +202,10 @@ KEEPERS = {
     "download": ({"downloads": ("Lora/x.download.tmp",)}, "download of Lora/x.download.tmp"),
     "ComfyUI queue": ({"comfy_queue": 2}, "2 in the ComfyUI queue"),
     "GPU": ({"gpus": ((0, 3.0, 900.0), (1, 87.0, 20000.0))}, "GPU 1 at 87 %"),
+    "LLM runtime": (
+        {"llm": LlmLook("ollama", models=(("llama3.2:1b", LATE + 4 * MIN),))},
+        "LLM runtime: model llama3.2:1b loaded (keep-alive for 4 min more)",
+    ),
     "KEEP_ALIVE_COMMAND": ({"keep_alive": True}, "KEEP_ALIVE_COMMAND exits 0"),
 }
 COUNTER_WORK = {k: ({"counter": k}, f"1 {k.replace('_', ' ')}") for k in BUSY_COUNTERS}
@@ -484,3 +490,100 @@ def test_a_tick_late_into_the_next_hour_uses_that_hour_too():
     went_idle = TOP - 40 * MIN  # deadline 13:50; the tick that sees it comes at 14:02 (a VM suspended a while)
     late = decide(seen(TOP + 2 * MIN), CLOCK, Memory(idle_since=went_idle))
     assert late.action == KEEP and late.fires_at == TOP + 57 * MIN  # the hour 14:00-15:00 is billed already
+
+
+# ------------------------------------------------- issue 17: the LLM runtime's own activity
+def ollama(*models: tuple[str, float | None]) -> dict:
+    return {"llm": LlmLook("ollama", models=models)}
+
+
+def test_a_model_ollama_keeps_loaded_is_work_and_the_clock_starts_when_it_is_unloaded():
+    loaded = ollama(("llama3.2:1b", LATE + 5 * MIN))
+    ticks = [seen(LATE, **loaded), seen(LATE + 4 * MIN, **loaded), seen(LATE + 5 * MIN, **ollama())]
+    ticks += [seen(LATE + 34 * MIN, **ollama()), seen(LATE + 35 * MIN, **ollama())]
+    first, later, unloaded, before_end, end = run(ticks)
+    assert first.action == KEEP and first.fires_at is None and first.memory.idle_since is None
+    assert first.reason == "LLM runtime: model llama3.2:1b loaded (keep-alive for 5 min more)"
+    assert later.reason == "LLM runtime: model llama3.2:1b loaded (keep-alive for 1 min more)"
+    assert unloaded.reason == "queue empty, no Ollama model loaded, idle for 0 min"
+    assert unloaded.fires_at == LATE + 35 * MIN  # IDLE_MINUTES after the keep-alive ended
+    assert before_end.action == KEEP and end.action == DELETE
+    assert end.reason == "queue empty, no Ollama model loaded, idle for 30 min: deleting this server"
+
+
+def test_the_reason_names_a_model_in_use_first_and_counts_the_others():
+    # Ollama sets expires_at when a model's last request ends (server/sched.go): one past it is answering now
+    answering = ollama(("qwen3:4b", LATE + 3 * MIN), ("llama3.2:1b", LATE - 2 * MIN), ("phi4:14b", None))
+    in_use = decide(seen(**answering), LIMITS, Memory())
+    assert in_use.reason == "LLM runtime: model llama3.2:1b loaded (in use) and 2 more"
+    kept = ollama(("qwen3:4b", LATE + 3 * MIN), ("llama3.2:1b", LATE + 9 * MIN))
+    assert decide(seen(**kept), LIMITS, Memory()).reason == (
+        "LLM runtime: model llama3.2:1b loaded (keep-alive for 9 min more) and 1 more"
+    )
+    assert decide(seen(**ollama(("phi4:14b", None))), LIMITS, Memory()).reason == "LLM runtime: model phi4:14b loaded"
+
+
+def test_a_model_kept_loaded_for_ever_tells_nothing_of_its_use_trouble_capped():
+    forever = ollama(("llama3.2:1b", LATE + 292 * 365 * 24 * 60 * MIN))  # keep_alive -1: MaxInt64 ns
+    first, at_cap, end = run([seen(LATE + m * MIN, **forever) for m in (0, 60, 90)])
+    said = "LLM runtime: model llama3.2:1b kept loaded for ever (keep_alive -1), its use unseen"
+    assert first.action == KEEP and first.reason == f"{said}: counted as busy for 60 min more"
+    assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE and end.reason.startswith(said)
+    # a model of a long but finite keep-alive is the user's choice, kept as asked
+    day = decide(seen(**ollama(("llama3.2:1b", LATE + 24 * 60 * MIN))), LIMITS, Memory())
+    assert day.reason == "LLM runtime: model llama3.2:1b loaded (keep-alive for 1440 min more)"
+
+
+@pytest.mark.parametrize(
+    ("look", "busy", "quiet"),
+    [
+        (LlmLook("llamacpp", slots=(True, False)), "LLM runtime: 1 of 2 llama.cpp slots processing",
+         "no llama.cpp slot processing"),
+        (LlmLook("llamacpp", slots=(True,)), "LLM runtime: 1 of 1 llama.cpp slot processing",
+         "no llama.cpp slot processing"),
+        (LlmLook("llamacpp", requests=2), "LLM runtime: 2 llama.cpp requests processing or deferred",
+         "no llama.cpp request"),
+    ],
+)  # fmt: skip
+def test_a_llamacpp_slot_or_request_at_work_keeps_the_vm_and_a_quiet_one_is_said(look, busy, quiet):
+    working = decide(seen(llm=look), LIMITS, Memory(idle_since=LATE - 40 * MIN))
+    assert working.action == KEEP and working.reason == busy and working.fires_at is None
+    idle = replace(look, slots=tuple(False for _ in look.slots) if look.slots else None, requests=look.requests and 0)
+    assert decide(seen(llm=idle), LIMITS, Memory()).reason == f"queue empty, {quiet}, idle for 0 min"
+
+
+@pytest.mark.parametrize(
+    ("look", "named"),
+    [
+        (LlmLook("ollama", error="[Errno 111] Connection refused"), "Ollama not read ([Errno 111] Connection refused)"),
+        (LlmLook("llamacpp", error="/slots off (HTTP 501 Not Implemented), /metrics off (HTTP 501 Not Implemented)"),
+         "llama.cpp not read (/slots off (HTTP 501 Not Implemented), /metrics off (HTTP 501 Not Implemented))"),
+    ],
+)  # fmt: skip
+def test_a_runtime_not_there_to_ask_is_no_work_and_no_trouble_only_named(look, named):
+    # nothing listens (not installed yet, stopped, crashed): it can run nothing; a route switched off tells nothing
+    first, end = run([seen(LATE, llm=look), seen(LATE + 30 * MIN, llm=look)])
+    assert first.reason == f"queue empty, {named}, idle for 0 min" and first.memory.troubled_since is None
+    assert end.action == DELETE  # IDLE_MINUTES, not a minute more
+
+
+def test_a_runtime_that_runs_but_does_not_tell_is_trouble_capped_never_silently_idle():
+    for error in ("timed out", "HTTP 503 Service Unavailable", "not a list of slots with is_processing"):
+        look = LlmLook("llamacpp", error=error, silent=True)
+        first, at_cap, end = run([seen(LATE + m * MIN, llm=look) for m in (0, 60, 90)])
+        assert first.reason == f"LLM runtime: llama.cpp not read ({error}): counted as busy for 60 min more"
+        assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE
+        assert end.reason.count("llama.cpp not read") == 1  # trouble names it, the idle note does not again
+
+
+def test_llm_work_keeps_the_vm_though_swarmui_does_not_answer_and_says_both():
+    down = {"status": None, "error": "connection refused"}
+    decision = decide(seen(**down, **ollama(("llama3.2:1b", LATE))), LIMITS, LONG_TROUBLE)
+    assert decision.action == KEEP and decision.memory.troubled_since is None
+    said = "LLM runtime: model llama3.2:1b loaded (in use); SwarmUI not answering (connection refused)"
+    assert decision.reason == said
+
+
+def test_with_the_llm_signal_off_the_runtime_is_neither_work_nor_named():
+    decision = decide(seen(llm=None), LIMITS, Memory(idle_since=LATE - 30 * MIN))
+    assert decision.action == DELETE and "LLM" not in decision.reason and "Ollama" not in decision.reason

@@ -14,15 +14,20 @@ import json
 import os
 import pwd
 import subprocess
+import threading
 import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from gpu_rent import idle_killer, idle_look
-from gpu_rent.idle_look import last_terminal_input, parse_gpus, read_gpus, run_keep_alive
+from gpu_rent.idle_decision import LlmLook
+from gpu_rent.idle_look import go_time, last_terminal_input, llm_look, parse_gpus, read_gpus, run_keep_alive
 from tests.unit.test_idle_killer_program import config, tick
 from tests.unit.test_idle_killer_program import swarm as swarm  # a fixture
+from tests.unit.test_swarmui_standin import free_port
 
 NO_DEVICES = "No devices were found\n"  # nvidia-smi exit 6, on stdout
 NO_DRIVER = (  # nvidia-smi exit 9, on stdout
@@ -249,3 +254,193 @@ def test_the_config_reads_billing_as_the_role_writes_it(tmp_path):
         idle_killer.Config.load(path)
     path.write_text(json.dumps(base | {"rental_started_at": None}))
     assert idle_killer.Config.load(path).limits().billing_hour == "off"
+
+
+# ---------------------------------------------------------------- the LLM runtime (issue 17)
+# Ollama's docs/api.md, "List Running Models": GET /api/ps, its example answer as it is
+OLLAMA_PS = {
+    "models": [
+        {
+            "name": "mistral:latest",
+            "model": "mistral:latest",
+            "size": 5137025024,
+            "digest": "2ae6f6dd7a3dd734790bbbf58b8909a606e0e7e97e94b7604e0aa7ae4490e6d8",
+            "details": {
+                "parent_model": "",
+                "format": "gguf",
+                "family": "llama",
+                "families": ["llama"],
+                "parameter_size": "7.2B",
+                "quantization_level": "Q4_0",
+            },
+            "expires_at": "2024-06-04T14:38:31.83753-07:00",
+            "size_vram": 5137025024,
+        }
+    ]
+}
+MISTRAL_EXPIRES = datetime(2024, 6, 4, 21, 38, 31, 837530, tzinfo=UTC).timestamp()
+
+
+def llamacpp_slot(n: int, processing: bool) -> dict:
+    """One slot of llama.cpp's GET /slots, as tools/server/README.md shows it (its params trimmed)."""
+    return {"id": n, "id_task": 135 if processing else -1, "n_ctx": 65536, "speculative": False,
+            "is_processing": processing, "params": {"n_predict": -1, "temperature": 0.8},
+            "next_token": {"has_next_token": True, "has_new_line": False, "n_remain": -1, "n_decoded": 0}}  # fmt: skip
+
+
+# llama-server's answer for a route it was started without (--no-slots, no --metrics): not_supported_error
+def not_supported(route: str) -> tuple[int, str, bytes]:
+    body = {"error": {"code": 501, "message": f"This server does not support {route} endpoint. Start it with "
+                      f"`--{route}`", "type": "not_supported_error"}}  # fmt: skip
+    return 501, "application/json", json.dumps(body).encode()
+
+
+METRICS = b"""# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 1234
+# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 1
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 2
+"""
+
+
+class Runtime:
+    """An LLM runtime on loopback that answers each GET path as `routes` says: (status, type, body), or
+    "hang" to say nothing for longer than the look waits; a path not there is a 404, as both answer it."""
+
+    def __init__(self, routes: dict):
+        self.routes = routes
+        runtime = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                answer = runtime.routes.get(self.path, (404, "text/plain", b"404 page not found"))
+                if answer == "hang":
+                    time.sleep(3)
+                    return
+                code, kind, body = answer
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def runtime():
+    servers = []
+
+    def serve(routes: dict) -> Runtime:
+        servers.append(Runtime(routes))
+        return servers[-1]
+
+    yield serve
+    for server in servers:
+        server.close()
+
+
+def as_json(answer: object, code: int = 200) -> tuple[int, str, bytes]:
+    return code, "application/json; charset=utf-8", json.dumps(answer).encode()
+
+
+def test_ollama_lists_its_loaded_models_with_when_their_keep_alive_ends(runtime):
+    ollama = runtime({"/api/ps": as_json(OLLAMA_PS)})
+    assert llm_look("ollama", ollama.url) == LlmLook("ollama", models=(("mistral:latest", MISTRAL_EXPIRES),))
+    ollama.routes["/api/ps"] = as_json({"models": []})  # nothing loaded: Ollama answers an empty list
+    assert llm_look("ollama", ollama.url) == LlmLook("ollama", models=())
+
+
+def test_llamacpp_tells_each_slots_work(runtime):
+    server = runtime({"/slots": as_json([llamacpp_slot(0, True), llamacpp_slot(1, False)])})
+    assert llm_look("llamacpp", server.url) == LlmLook("llamacpp", slots=(True, False))
+
+
+def test_llamacpp_without_slots_is_read_from_its_metrics_and_without_both_only_named(runtime):
+    server = runtime({"/slots": not_supported("slots"), "/metrics": (200, "text/plain; version=0.0.4", METRICS)})
+    assert llm_look("llamacpp", server.url) == LlmLook("llamacpp", requests=3)  # 1 processing + 2 deferred
+    server.routes["/metrics"] = not_supported("metrics")
+    look = llm_look("llamacpp", server.url)
+    assert look.error == "/slots off (HTTP 501 Not Implemented), /metrics off (HTTP 501 Not Implemented)"
+    assert look.silent is False and look.slots is None and look.requests is None
+
+
+def test_nothing_listening_is_not_silent_it_can_run_nothing():
+    look = llm_look("ollama", f"http://127.0.0.1:{free_port()}")
+    assert look.error == "[Errno 111] Connection refused" and look.silent is False and look.models == ()
+
+
+@pytest.mark.parametrize(
+    ("runtime_kind", "routes", "error"),
+    [
+        ("ollama", {"/api/ps": as_json({"error": "boom"}, 500)}, "HTTP 500 Internal Server Error"),
+        ("ollama", {"/api/ps": (200, "text/html", b"<html>not ollama</html>")}, "Expecting value"),
+        ("ollama", {"/api/ps": as_json({"running": []})}, "'models'"),
+        # llama-server answers 503 while it loads its model (tools/server: ERROR_TYPE_UNAVAILABLE)
+        ("llamacpp", {"/slots": as_json({"error": {"code": 503, "message": "Loading model",
+                                                   "type": "unavailable_error"}}, 503)},
+         "HTTP 503 Service Unavailable"),
+        ("llamacpp", {"/slots": as_json([{"id": 0, "busy": True}])}, "not a list of slots with is_processing"),
+        ("llamacpp", {"/slots": not_supported("slots"), "/metrics": (200, "text/plain", b"# nothing\n")},
+         "'llamacpp:requests_processing'"),
+        ("ollama", {"/api/ps": "hang"}, "timed out"),
+    ],
+)  # fmt: skip
+def test_a_runtime_that_answers_without_telling_is_silent(runtime, runtime_kind, routes, error):
+    look = llm_look(runtime_kind, runtime(routes).url, timeout=1)
+    assert look.silent is True and error in look.error, look
+
+
+def test_go_times_are_read_to_the_microsecond_in_any_zone():
+    assert go_time("2024-06-04T14:38:31.83753-07:00") == MISTRAL_EXPIRES
+    assert go_time("2026-12-02T14:05:09.123456789Z") == pytest.approx(1796220309.123456)
+    assert go_time("2026-12-02T14:05:09Z") == 1796220309.0
+    assert go_time("2318-03-10T01:02:03.5+03:00") > time.time() + 290 * 365 * 86400  # Ollama's "for ever"
+    assert go_time("soon") is None and go_time(None) is None and go_time(1796220309) is None
+
+
+def test_a_tick_names_a_loaded_model_and_records_what_the_runtime_told(tmp_path, swarm, runtime):
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 4 * 60 + 30))
+    ps = {"models": [OLLAMA_PS["models"][0] | {"name": "llama3.2:1b", "model": "llama3.2:1b", "expires_at": soon}]}
+    ollama = runtime({"/api/ps": as_json(ps)})
+    cfg = config(tmp_path, swarm.port, llm_runtime="ollama", llm_url=ollama.url)
+    status, said = tick(cfg)
+    assert status["action"] == "keep" and status["fires_at"] is None
+    assert status["reason"] == "LLM runtime: model llama3.2:1b loaded (keep-alive for 4 min more)", status["reason"]
+    assert said == ["<6>keep: LLM runtime: model llama3.2:1b loaded (keep-alive for 4 min more)"]
+    assert status["llm"]["runtime"] == "ollama" and status["llm"]["models"][0][0] == "llama3.2:1b"
+    ollama.routes["/api/ps"] = as_json({"models": []})
+    status, _ = tick(cfg)
+    assert status["reason"].startswith("queue empty") and "no Ollama model loaded, idle for 0 min" in status["reason"]
+    off = config(tmp_path, swarm.port, llm_runtime="ollama", llm_url=ollama.url, llm="false")  # IDLE_LLM=off
+    status, _ = tick(off)
+    assert status["llm"] is None and "Ollama" not in status["reason"]
+
+
+def test_the_config_reads_the_llm_runtime_as_the_role_writes_it(tmp_path):
+    path = tmp_path / "c.json"
+    base = {"server_id": "s", "auth_url": "http://127.0.0.1:1/v3", "credential_id": None, "credential_secret": None}
+    path.write_text(json.dumps(base | {"llm_runtime": "llamacpp", "llm_url": "http://127.0.0.1:8080", "llm": "True"}))
+    cfg = idle_killer.Config.load(path)
+    assert (cfg.llm_runtime, cfg.llm_url, cfg.llm) == ("llamacpp", "http://127.0.0.1:8080", True)
+    path.write_text(json.dumps(base | {"llm_runtime": "ollama", "llm": False}))
+    assert idle_killer.Config.load(path).llm is False
+    path.write_text(json.dumps(base))
+    defaults = idle_killer.Config.load(path)
+    assert (defaults.llm_runtime, defaults.llm_url, defaults.llm) == ("none", "http://127.0.0.1:11434", True)
+    path.write_text(json.dumps(base | {"llm_runtime": "vllm"}))
+    with pytest.raises(ValueError, match="llm_runtime 'vllm' is none of none, ollama, llamacpp"):
+        idle_killer.Config.load(path)
