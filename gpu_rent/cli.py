@@ -236,6 +236,15 @@ def setup(
             show_default="auto, or the project's",
         ),
     ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help='Any other key of gpu-rent.vars, e.g. --set DATA_VOLUME_GB=200; repeatable; "KEY=" puts it back '
+            "to its default.",
+        ),
+    ] = None,
 ) -> None:
     """Make a project folder: check the login, pool, GPU flavor, image and SSH key, then write .env and gpu-rent.vars.
 
@@ -271,6 +280,7 @@ def setup(
         price=price,
         flavor_fallback=None if flavor_fallback is None else tuple(flavor_fallback),
         operator_cidr=operator_cidr,
+        settings=tuple(settings or ()),
     )
     if not non_interactive and not sys.stdin.isatty():
         error("no terminal to ask on: use gpu-rent setup --non-interactive --cloud NAME --pool P --flavor F --image I")

@@ -333,6 +333,22 @@ def _read_lines(path: Path) -> dict[str, tuple[str, int]]:
     return found
 
 
+def value_problem(key: str, raw: str) -> str | None:
+    """What is wrong with `KEY=raw` as a line of gpu-rent.vars would be read (None: nothing), for values given
+    elsewhere (gpu-rent setup --set); an empty value is the default, so only a required key refuses it."""
+    key = key.upper()
+    if key not in KEYS:
+        return _unknown_key(key, 0).message
+    spec = KEYS[key]
+    if raw == "":
+        return f"{key} is required ({spec.meaning})" if spec.default is REQUIRED else None
+    try:
+        _PARSERS[key](raw)
+    except _Bad as bad:
+        return f"{key}={raw} {bad} ({spec.kind})"
+    return None
+
+
 def _read_vars(project_dir: Path) -> dict[str, Any]:
     path = project_dir / VARS_FILE
     if not path.is_file():

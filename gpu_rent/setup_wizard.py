@@ -21,7 +21,7 @@ from dotenv import dotenv_values
 
 from gpu_rent import setup_address, setup_catalog, setup_login
 from gpu_rent.atomic import write_atomically
-from gpu_rent.config import DEFAULT_SSH_KEY, ENV_FILE, VARS_FILE, CloudAuth, ConfigError
+from gpu_rent.config import DEFAULT_SSH_KEY, ENV_FILE, VARS_FILE, CloudAuth, ConfigError, value_problem
 from gpu_rent.setup_login import WHERE, Login
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "examples" / VARS_FILE
@@ -53,6 +53,8 @@ class Answers:
     flavor_fallback: tuple[str, ...] | None = None  # FLAVOR_FALLBACK; None: not given, (): none
     # --operator-cidr as given; once checked, OPERATOR_CIDR to write (None: the project's line stays, see setup_address)
     operator_cidr: str | None = None
+    # --set KEY=VALUE for any other key of gpu-rent.vars, as given ("" puts the key back to its default)
+    settings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -388,6 +390,7 @@ def write(checked: Checked) -> list[Path]:
     }  # fmt: skip
     if a.operator_cidr:  # over `# OPERATOR_CIDR=auto`, as the example has it; None leaves the line as it is
         values["OPERATOR_CIDR"] = a.operator_cidr
+    values |= checked_settings(a.settings)
     write_atomically(vars_path, vars_text(a.project, values), 0o644)
     env, drop = setup_login.auth_env(a.cloud, a.clouds_yaml, a.login, existing_env(a.project))
     env["GPU_RENT_SSH_KEY"] = str(a.key)
@@ -396,8 +399,30 @@ def write(checked: Checked) -> list[Path]:
     return [*written, vars_path, env_path]
 
 
+def checked_settings(settings: tuple[str, ...]) -> dict[str, str | None]:
+    """--set KEY=VALUE options as keys to write (None: back to the default), each value checked the way the
+    settings file is read; the keys setup asks for have their own options."""
+    found: dict[str, str | None] = {}
+    by_key = {key: option for option, key in VARS_OPTIONS.items()}
+    for given in settings:
+        key, equals, value = (part.strip() for part in given.partition("="))
+        if not equals or not key:
+            raise _refuse(f"--set {given}: expected KEY=VALUE, e.g. --set DATA_VOLUME_GB=200")
+        key = key.upper()
+        if key in by_key:
+            raise _refuse(f"--set {key}: setup asks for {key} itself; use --{by_key[key]}")
+        if key in found:
+            raise _refuse(f"--set {key}: given twice")
+        problem = value_problem(key, _unquoted(value))
+        if problem:
+            raise _refuse(f"--set {problem}")
+        found[key] = _unquoted(value) or None
+    return found
+
+
 def prepared(given: Answers) -> Answers:
     """The given options, the project folder made absolute, over what the project already has."""
+    checked_settings(given.settings)  # a mistyped --set is told before anything is asked
     return merged(replace(given, project=given.project.expanduser().resolve()))
 
 

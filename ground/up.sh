@@ -64,24 +64,13 @@ mkdir -p "$P"
 ssh-keygen -q -t ed25519 -N '' -C gpu-rent-ground-user -f "$P/id_ed25519"
 GPU_RENT=$REPO/.venv/bin/gpu-rent
 [ -x "$GPU_RENT" ] || die "no $GPU_RENT: make setup first (make ground-up does it)"
-# The A100 flavor never fits on the ground (No valid host): the fallbacks are exercised.
+# The A100 flavor never fits on the ground (No valid host): the fallbacks are exercised. The --set values are the
+# ground's own: small disks, the stand-in's repository, hosts without a GPU (on a real cloud that is an error).
 (cd "$P" && "$GPU_RENT" setup --non-interactive --cloud ground --clouds-yaml "$G/clouds.yaml" \
     --pool ru-7a --flavor gpu.a100.1 --flavor-fallback gpu.l4.1 --flavor-fallback gpu.a10.1 \
     --image "Debian 12 64-bit GPU optimized" --key "$P/id_ed25519" --price-per-hour 1.35 \
-    --operator-cidr "$EXT_GW/32") >"$LOG/setup.log" 2>&1 || die "gpu-rent setup of the ground's project failed, see $LOG/setup.log"
-# what only the ground needs: small disks, the stand-in's repository, hosts without a GPU
-ground_key() {  # KEY VALUE: the commented default setup wrote becomes the ground's value
-  grep -q "^# $1=" "$P/gpu-rent.vars" || die "setup wrote no $1 line to change"
-  KEY=$1 VALUE=$2 python3 -c 'import os, pathlib; p = pathlib.Path(os.environ["P"]) / "gpu-rent.vars"
-k, v = os.environ["KEY"], os.environ["VALUE"]
-p.write_text("".join(f"{k}={v}\n" if line.startswith(f"# {k}=") else line for line in p.read_text().splitlines(True)))'
-}
-export P
-ground_key VOLUME_TYPE 'fast.{pool}'
-ground_key BOOT_VOLUME_GB 10
-ground_key DATA_VOLUME_GB 4
-ground_key SWARMUI_REPO "git://$EXT_GW/SwarmUI.git"
-ground_key SWARMUI_VERSION 0.9.8.2-standin
-ground_key REQUIRE_GPU false   # on a real cloud a missing GPU is an error
+    --operator-cidr "$EXT_GW/32" --set 'VOLUME_TYPE=fast.{pool}' --set BOOT_VOLUME_GB=10 --set DATA_VOLUME_GB=4 \
+    --set "SWARMUI_REPO=git://$EXT_GW/SwarmUI.git" --set SWARMUI_VERSION=0.9.8.2-standin --set REQUIRE_GPU=false
+) >"$LOG/setup.log" 2>&1 || die "gpu-rent setup of the ground's project failed, see $LOG/setup.log"
 log "ground ready in $(( $(date +%s) - T_START ))s: clouds.yaml at $G/clouds.yaml, project at $P"
 "$GROUND_SRC/memory.sh" >&2 || true

@@ -282,3 +282,16 @@ def test_a_restricted_application_credential_is_refused_naming_the_fix_and_write
     )
     assert secret not in result.stdout + result.stderr
     assert not project.exists()
+
+
+def test_set_writes_other_keys_in_place_and_a_rerun_can_put_one_back(project):
+    result = setup(project, *full(), "--set", "DATA_VOLUME_GB=7", "--set", "VOLUME_TYPE=fast.{pool}")
+    assert result.returncode == 0, result.stderr
+    assert vars_of(project) == {"POOL": POOL, "FLAVOR": FLAVOR, "IMAGE": IMAGE, "VOLUME_TYPE": "fast.{pool}",
+                                "DATA_VOLUME_GB": "7", "OPERATOR_CIDR": OPERATOR}  # fmt: skip
+    settings = config.load(project, with_cloud=False)
+    assert settings.data_volume_gb == 7 and settings.volume_type == "fast.{pool}"
+    again = gpu_rent(project, "setup", "--non-interactive", "--set", "DATA_VOLUME_GB=")
+    assert again.returncode == 0, again.stderr
+    assert "DATA_VOLUME_GB" not in vars_of(project)
+    assert "# DATA_VOLUME_GB=" in (project / "gpu-rent.vars").read_text()

@@ -307,3 +307,34 @@ def test_a_rerun_keeps_the_price_and_fallbacks_unless_given(tmp_path):
     assert (kept.price, kept.flavor_fallback) == ("1.5", ("g", "h"))
     cleared = setup_wizard.merged(Answers(tmp_path, price="", flavor_fallback=("",)))
     assert (cleared.price, cleared.flavor_fallback) == ("", ())
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("BOOT_VOLUME_GB=lots", "--set BOOT_VOLUME_GB=lots is not a whole number"),
+        ("DATA_VOLUMES_GB=5", "--set unknown key DATA_VOLUMES_GB (did you mean DATA_VOLUME_GB?)"),
+        ("FLAVOR=gpu.l4.1", "--set FLAVOR: setup asks for FLAVOR itself; use --flavor"),
+        ("IDLE_MINUTES", "--set IDLE_MINUTES: expected KEY=VALUE"),
+    ],
+)
+def test_a_bad_set_is_one_line_exit_2_before_anything_is_asked(tmp_path, clouds, given, said):
+    """Before the login: the cloud in clouds.yaml does not exist, and it is never reached."""
+    project = tmp_path / "p"
+    result = setup(project, "--non-interactive", "--cloud", "test", "--clouds-yaml", str(clouds), "--set", given)
+    assert result.exit_code == 2, result.output
+    assert said in result.output and len(result.output.strip().splitlines()) == 1
+    assert not project.exists()
+
+
+def test_a_key_given_twice_with_set_is_refused():
+    with pytest.raises(ConfigError, match="--set IDLE_MINUTES: given twice"):
+        setup_wizard.checked_settings(("IDLE_MINUTES=40", "idle_minutes=50"))
+
+
+def test_set_values_replace_their_commented_defaults_and_an_empty_one_restores_it(tmp_path):
+    values = setup_wizard.checked_settings(("data_volume_gb=200", "VOLUME_TYPE='fast.{pool}'", "IDLE_MINUTES="))
+    assert values == {"DATA_VOLUME_GB": "200", "VOLUME_TYPE": "fast.{pool}", "IDLE_MINUTES": None}
+    (tmp_path / "gpu-rent.vars").write_text("POOL=p\n# DATA_VOLUME_GB=100\nIDLE_MINUTES=45\n# VOLUME_TYPE=\n")
+    text = setup_wizard.vars_text(tmp_path, values)
+    assert text == "POOL=p\nDATA_VOLUME_GB=200\n# IDLE_MINUTES=\nVOLUME_TYPE=fast.{pool}\n"
