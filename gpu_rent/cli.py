@@ -396,6 +396,8 @@ def _open_tunnel(
         f"[green]tunnel[/]: {record['url']} → SwarmUI on the VM (pid {record['pid']}; "
         "`gpu-rent tunnel --close` closes it, the VM keeps running)"
     )
+    if record.get("llm_url"):
+        console.print(f"[green]tunnel[/]: {record['llm_url']} → {settings.llm_runtime} on the VM (the same tunnel)")
     return record
 
 

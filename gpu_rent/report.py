@@ -104,6 +104,8 @@ class StatusReport:
             detail = f"pid {t.get('pid')}, {t.get('forwarded', 0)} connections"
             more = f": {t.get('message')}" if t.get("state") != "forwarding" and t.get("message") else ""
             out.print(f"[bold]tunnel[/]    {t.get('url')} {t.get('state')}{escape(more)} [dim]({detail})[/]")
+            if t.get("llm_url"):
+                out.print(f"[bold]llm[/]       {t.get('llm_url')} [dim](the LLM runtime, through the same tunnel)[/]")
         elif s is not None and s.status == "ACTIVE":
             out.print("[bold]tunnel[/]    none [dim](gpu-rent tunnel, or gpu-rent open)[/]")
         if not self.leftovers:

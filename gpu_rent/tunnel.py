@@ -1,4 +1,5 @@
-"""The local forward 127.0.0.1:LOCAL_PORT → the VM's 127.0.0.1:REMOTE_PORT over one SSH connection.
+"""The local forward 127.0.0.1:LOCAL_PORT → the VM's 127.0.0.1:REMOTE_PORT over one SSH connection, and
+beside it any other forward (the LLM runtime's LLM_LOCAL_PORT → LLM_REMOTE_PORT) over the same connection.
 
 Every accepted socket gets TCP_NODELAY and its own SSH channel, with backpressure both ways.
 The listener outlives the SSH connection: when SSH drops, the supervisor reconnects with backoff
@@ -14,6 +15,7 @@ import errno
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 import asyncssh
 
@@ -56,11 +58,20 @@ class _Channel(asyncssh.SSHTCPSession):
         self.peer.transport.resume_reading()
 
 
+class Forward(NamedTuple):
+    """One listener on 127.0.0.1:local_port whose connections go to the VM's remote_port."""
+
+    local_port: int
+    remote_port: int
+    setting: str = "LOCAL_PORT"  # the key of gpu-rent.vars that picks local_port, for a taken port's message
+
+
 class _Local(asyncio.Protocol):
     """The browser's side of one forwarded connection."""
 
-    def __init__(self, tunnel: Tunnel):
+    def __init__(self, tunnel: Tunnel, remote_port: int):
         self.tunnel = tunnel
+        self.remote_port = remote_port
         self.transport: asyncio.Transport | None = None
         self.channel: asyncssh.SSHTCPChannel | None = None
 
@@ -79,11 +90,10 @@ class _Local(asyncio.Protocol):
             return
         try:
             channel, _ = await conn.create_connection(
-                lambda: _Channel(self), self.tunnel.remote_host, self.tunnel.remote_port, window=WINDOW,
-                max_pktsize=PACKET,
+                lambda: _Channel(self), self.tunnel.remote_host, self.remote_port, window=WINDOW, max_pktsize=PACKET,
             )  # fmt: skip
         except (asyncssh.Error, OSError) as e:
-            self.tunnel.log(f"the VM refused a forwarded connection to port {self.tunnel.remote_port}: {e}")
+            self.tunnel.log(f"the VM refused a forwarded connection to port {self.remote_port}: {e}")
             self.transport.close()
             return
         self.channel = channel
@@ -116,7 +126,8 @@ class _Local(asyncio.Protocol):
 
 
 class Tunnel:
-    """Listen on 127.0.0.1:local_port; keep one SSH connection up through `connect`, reconnecting."""
+    """Listen on 127.0.0.1:local_port (and each of `also`); keep one SSH connection up through `connect`,
+    reconnecting; every forward shares it."""
 
     def __init__(
         self,
@@ -125,28 +136,50 @@ class Tunnel:
         remote_port: int,
         log: Callable[[str], None] = lambda message: None,
         remote_host: str = "127.0.0.1",
+        also: tuple[Forward, ...] = (),
     ):
         self._connect = connect
-        self.local_port = local_port
-        self.remote_port = remote_port
+        self.forwards = (Forward(local_port, remote_port), *also)
         self.remote_host = remote_host
         self.log = log
         self.opened = 0  # forwarded connections so far (tests and the watchdog read it)
         self.reconnects = 0
         self._conn: asyncssh.SSHClientConnection | None = None
         self._up = asyncio.Event()
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._fatal: BaseException | None = None
         self.paused = False  # the watchdog pauses reconnecting while it brings the VM back
 
+    @property
+    def local_port(self) -> int:
+        return self.forwards[0].local_port
+
+    @property
+    def remote_port(self) -> int:
+        return self.forwards[0].remote_port
+
     async def listen(self) -> None:
-        """Bind the local port (PortBusy when taken); 127.0.0.1 only, never every interface."""
+        """Bind every local port (PortBusy when one is taken, and then none stays bound); 127.0.0.1 only."""
+        bound = []
+        try:
+            for forward in self.forwards:
+                server = await self._bind(forward)
+                self._servers.append(server)
+                bound.append(forward._replace(local_port=server.sockets[0].getsockname()[1]))
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            self._servers = []
+            raise
+        self.forwards = tuple(bound)
+
+    async def _bind(self, forward: Forward) -> asyncio.Server:
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                lambda: _Local(self),
+            return await loop.create_server(
+                lambda: _Local(self, forward.remote_port),
                 "127.0.0.1",
-                self.local_port,
+                forward.local_port,
                 backlog=256,
                 # Linux's SO_REUSEADDR only skips TIME_WAIT; BSD's (macOS) would share a port in use
                 reuse_address=sys.platform.startswith("linux"),
@@ -154,11 +187,10 @@ class Tunnel:
         except OSError as e:
             if e.errno in (errno.EADDRINUSE, errno.EACCES) or isinstance(e, PermissionError):
                 raise PortBusy(
-                    f"127.0.0.1:{self.local_port} is taken by another program (LOCAL_PORT in gpu-rent.vars "
-                    f"picks another port)"
+                    f"127.0.0.1:{forward.local_port} is taken by another program ({forward.setting} in "
+                    f"gpu-rent.vars picks another port)"
                 ) from None
             raise
-        self.local_port = self._server.sockets[0].getsockname()[1]
 
     async def connection(self, wait: float) -> asyncssh.SSHClientConnection | None:
         """The live SSH connection, waiting up to `wait` s for one; None when it does not come."""
@@ -208,8 +240,8 @@ class Tunnel:
             self.log(f"SSH connection closed after {time.monotonic() - started:.0f}s; reconnecting")
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._conn is not None:
             self._conn.close()
             with contextlib.suppress(Exception):

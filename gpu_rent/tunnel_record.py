@@ -62,3 +62,8 @@ def _write_record(settings: Settings, record: dict) -> None:
 
 def url(settings: Settings) -> str:
     return f"http://127.0.0.1:{settings.local_port}"
+
+
+def llm_url(settings: Settings) -> str | None:
+    """The LLM runtime's address on this machine when the project runs one (LLM_RUNTIME), else None."""
+    return f"http://127.0.0.1:{settings.llm_local_port}" if settings.llm_runtime != "none" else None

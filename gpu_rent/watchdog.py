@@ -33,10 +33,11 @@ from gpu_rent.notify import notify
 from gpu_rent.pids import pid_alive
 from gpu_rent.rental import CloudUnreachable, OperationFailed, Rental, connect, load_state
 from gpu_rent.state import Phase, StateError, StateLocked, StateStore
-from gpu_rent.tunnel import PortBusy, Tunnel
+from gpu_rent.tunnel import Forward, PortBusy, Tunnel
 from gpu_rent.tunnel_record import (
     _hold_alive,
     _write_record,
+    llm_url,
     read_record,
     record_path,
     tunnel_alive,
@@ -97,6 +98,7 @@ class Session:
         self.record: dict = {
             "pid": os.getpid(),
             "url": url(settings),
+            "llm_url": llm_url(settings),
             "local_port": settings.local_port,
             "remote_port": settings.remote_port,
             "started_at": time.time(),
@@ -151,9 +153,10 @@ class Session:
             self._alive = _hold_alive(self.settings)
             if self._alive is None:
                 raise SessionEnded("a tunnel of this project already runs (gpu-rent tunnel --close closes it)", 3)
-        self.tunnel = Tunnel(
-            lambda: ssh.connect(self.target), self.settings.local_port, self.settings.remote_port, log=self.log
-        )
+        s = self.settings
+        # the LLM runtime's port rides the same SSH connection: one reconnect, one watchdog for both
+        also = (Forward(s.llm_local_port, s.llm_remote_port, "LLM_LOCAL_PORT"),) if llm_url(s) else ()
+        self.tunnel = Tunnel(lambda: ssh.connect(self.target), s.local_port, s.remote_port, log=self.log, also=also)
         if self.forward:
             try:
                 await self.tunnel.listen()

@@ -19,7 +19,7 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from gpu_rent import ssh
-from gpu_rent.tunnel import PortBusy, Tunnel
+from gpu_rent.tunnel import Forward, PortBusy, Tunnel
 from tests.loopback_sshd import Sshd, free_port, keygen
 from tests.unit.test_swarmui_standin import start as start_standin
 from tests.unit.test_swarmui_standin import stop as stop_standin
@@ -39,12 +39,12 @@ def target(sshd: Sshd, known_hosts: Path, alias: str = "gpu-rent-boot-1") -> ssh
 class Running:
     """A Tunnel on its own event loop in a thread, as the tunnel process runs it."""
 
-    def __init__(self, tgt: ssh.Target, remote_port: int, local_port: int | None = None):
+    def __init__(self, tgt: ssh.Target, remote_port: int, local_port: int | None = None, also=()):
         self.target = tgt
         self.loop = asyncio.new_event_loop()
         self.lines: list[str] = []
         port = local_port or free_port()
-        self.tunnel = Tunnel(lambda: ssh.connect(self.target), port, remote_port, self.lines.append)
+        self.tunnel = Tunnel(lambda: ssh.connect(self.target), port, remote_port, self.lines.append, also=also)
         self.ups = 0
         self.error: BaseException | None = None
         ready = threading.Event()
@@ -113,7 +113,7 @@ def test_the_tunnel_reaches_swarmui_and_carries_websockets(sshd, swarm, tmp_path
             ws.send(b"\x00\xff" * 1000)
             assert ws.recv(timeout=10) == b"\x00\xff" * 1000
         # the browser's side is loopback only
-        listening = {s.getsockname() for s in running.tunnel._server.sockets}
+        listening = {s.getsockname() for server in running.tunnel._servers for s in server.sockets}
         assert listening == {("127.0.0.1", port)}
     finally:
         running.close()
@@ -188,3 +188,45 @@ def test_a_busy_local_port_is_a_clear_error(sshd, swarm, tmp_path):
         assert isinstance(running.error, PortBusy)
         assert str(running.error).startswith(f"127.0.0.1:{port} is taken by another program")
         running.close()
+
+
+@pytest.fixture
+def ollama(tmp_path):
+    """The Ollama stand-in (ground/ollama-standin) serving on a loopback port of its own."""
+    from tests.unit.test_ollama_standin import Ollama, stop
+
+    server = Ollama(tmp_path / "ollama")
+    yield server
+    stop(server.proc)
+
+
+def test_the_llm_runtime_is_forwarded_beside_swarmui_over_the_same_connection(sshd, swarm, ollama, tmp_path):
+    llm_port = free_port()
+    running = Running(target(sshd, tmp_path / "known_hosts"), swarm.port,
+                      also=(Forward(llm_port, ollama.port, "LLM_LOCAL_PORT"),))  # fmt: skip
+    try:
+        running.wait_up()
+        with urllib.request.urlopen(f"http://127.0.0.1:{llm_port}/api/version", timeout=10) as answer:
+            assert "version" in json.loads(answer.read())
+        assert post(running.tunnel.local_port, "/API/GetNewSession", {})["session_id"]
+        assert running.tunnel.opened == 2 and running.tunnel.reconnects == 0  # one SSH connection for both
+        listening = {s.getsockname() for server in running.tunnel._servers for s in server.sockets}
+        assert listening == {("127.0.0.1", running.tunnel.local_port), ("127.0.0.1", llm_port)}
+    finally:
+        running.close()
+
+
+def test_a_busy_llm_port_names_its_setting_and_leaves_no_port_bound(sshd, swarm, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy, first = taken.getsockname()[1], free_port()
+        running = Running(target(sshd, tmp_path / "known_hosts"), swarm.port, local_port=first,
+                          also=(Forward(busy, 11434, "LLM_LOCAL_PORT"),))  # fmt: skip
+        assert isinstance(running.error, PortBusy)
+        assert str(running.error) == (
+            f"127.0.0.1:{busy} is taken by another program (LLM_LOCAL_PORT in gpu-rent.vars picks another port)"
+        )
+        running.close()
+        with socket.socket() as again:  # the SwarmUI port bound first was let go
+            again.bind(("127.0.0.1", first))
