@@ -179,17 +179,6 @@ def test_a_killed_ssh_connection_reconnects_and_requests_work_again(sshd, swarm,
         running.close()
 
 
-def test_a_busy_local_port_is_a_clear_error(sshd, swarm, tmp_path):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        running = Running(target(sshd, tmp_path / "known_hosts"), swarm.port, local_port=port)
-        assert isinstance(running.error, PortBusy)
-        assert str(running.error).startswith(f"127.0.0.1:{port} is taken by another program")
-        running.close()
-
-
 @pytest.fixture
 def ollama(tmp_path):
     """The Ollama stand-in (ground/ollama-standin) serving on a loopback port of its own."""
@@ -216,17 +205,19 @@ def test_the_llm_runtime_is_forwarded_beside_swarmui_over_the_same_connection(ss
         running.close()
 
 
-def test_a_busy_llm_port_names_its_setting_and_leaves_no_port_bound(sshd, swarm, tmp_path):
+@pytest.mark.parametrize("which", ["LOCAL_PORT", "LLM_LOCAL_PORT"])
+def test_a_busy_port_names_its_setting_and_leaves_no_port_bound(sshd, swarm, tmp_path, which):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        busy, first = taken.getsockname()[1], free_port()
+        busy, free = taken.getsockname()[1], free_port()
+        first, llm = (busy, free) if which == "LOCAL_PORT" else (free, busy)
         running = Running(target(sshd, tmp_path / "known_hosts"), swarm.port, local_port=first,
-                          also=(Forward(busy, 11434, "LLM_LOCAL_PORT"),))  # fmt: skip
+                          also=(Forward(llm, 11434, "LLM_LOCAL_PORT"),))  # fmt: skip
         assert isinstance(running.error, PortBusy)
         assert str(running.error) == (
-            f"127.0.0.1:{busy} is taken by another program (LLM_LOCAL_PORT in gpu-rent.vars picks another port)"
+            f"127.0.0.1:{busy} is taken by another program ({which} in gpu-rent.vars picks another port)"
         )
         running.close()
-        with socket.socket() as again:  # the SwarmUI port bound first was let go
-            again.bind(("127.0.0.1", first))
+        with socket.socket() as again:  # the other port, when it was bound, was let go
+            again.bind(("127.0.0.1", free))
