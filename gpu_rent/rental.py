@@ -79,6 +79,13 @@ def refuse_unsupported(settings: Settings) -> None:
     why = swarmui_versions.refusal(settings.swarmui_version)
     if why:
         raise ConfigError(VARS_FILE, why, key="SWARMUI_VERSION")
+    if settings.llm_runtime != "none":  # until up installs it: a tunnel to nothing and silent pulls would mislead
+        raise ConfigError(
+            VARS_FILE,
+            f"LLM_RUNTIME={settings.llm_runtime}: this gpu-rent does not install an LLM runtime on the VM yet; "
+            "set LLM_RUNTIME=none",
+            key="LLM_RUNTIME",
+        )
 
 
 def preflight(settings: Settings, view: cloud.CloudView, conn) -> None:

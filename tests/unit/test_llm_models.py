@@ -251,3 +251,17 @@ def test_dry_run_refuses_a_bad_models_file_in_one_line_before_the_cloud(dead_clo
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert lines == ["error: ollama-models.yaml:4: ollama[2]: digest must be sha256:<64 hex digits>"], lines
         assert not (dead_cloud_project / ".gpu-rent" / "state.json").exists()
+
+
+def test_up_refuses_a_runtime_it_cannot_install_yet_before_the_cloud(dead_cloud_project):
+    """Until up installs the runtime, LLM_RUNTIME on would forward a port to nothing: bad input, nothing rented."""
+    from gpu_rent.cli import app
+
+    with (dead_cloud_project / "gpu-rent.vars").open("a") as f:
+        f.write("LLM_RUNTIME=ollama\n")
+    result = CliRunner().invoke(app, ["up", "--yes", "--project", str(dead_cloud_project)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == ["error: gpu-rent.vars: LLM_RUNTIME=ollama: this gpu-rent does not install an LLM runtime on "
+                     "the VM yet; set LLM_RUNTIME=none"], lines  # fmt: skip
+    assert not (dead_cloud_project / ".gpu-rent" / "state.json").exists()
