@@ -1,6 +1,6 @@
 """Every VM role's Molecule scenario, run in the background from the start of the session.
 
-The suite alone leaves about a quarter of the machine's two cores idle, so the four scenarios run
+The suite alone leaves about a quarter of the machine's two cores idle, so the scenarios run
 beside the first ground modules (two side by side, each on an m1.small host of its own: no GPU slot
 is taken from the other tests) instead of after them; test_molecule.py judges the results. The one
 test that takes a cloud API away (test_faults.py, Neutron) waits for them first, so no scenario meets

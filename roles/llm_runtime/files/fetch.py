@@ -1,0 +1,1 @@
+../../seed/files/fetch.py

@@ -1,0 +1,1 @@
+../../../gpu_rent/progress_line.py
