@@ -113,7 +113,7 @@ KEYS: dict[str, Key] = {
     ),
     "LLM_LOCAL_PORT": Key(
         "a TCP port, 1..65535, not LOCAL_PORT",
-        11434,
+        21434,  # not Ollama's own 11434: a local Ollama keeps its port, and the tunnel its listeners
         "the LLM runtime on this machine: http://127.0.0.1:LLM_LOCAL_PORT (with LLM_RUNTIME on)",
     ),
     "LLM_REMOTE_PORT": Key(
@@ -311,11 +311,11 @@ def _unknown_key(key: str, line: int) -> ConfigError:
     return ConfigError(VARS_FILE, f"unknown key {key} ({hint})", line=line, key=key)
 
 
-def _read_lines(path: Path) -> dict[str, tuple[str, int]]:
+def _read_lines(text: str) -> dict[str, tuple[str, int]]:
     """KEY -> (unquoted value, line number); only the file's shape is checked here, not the values."""
     found: dict[str, tuple[str, int]] = {}
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        stripped = text.strip()
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         if "=" not in stripped:
@@ -335,18 +335,31 @@ def _read_lines(path: Path) -> dict[str, tuple[str, int]]:
 
 def value_problem(key: str, raw: str) -> str | None:
     """What is wrong with `KEY=raw` as a line of gpu-rent.vars would be read (None: nothing), for values given
-    elsewhere (gpu-rent setup --set); an empty value is the default, so only a required key refuses it."""
+    elsewhere (gpu-rent setup --set): quotes as the file has them; an empty value is the default, so only a required
+    key refuses it. A line break or other control character would write a line of its own: refused."""
     key = key.upper()
     if key not in KEYS:
         return _unknown_key(key, 0).message
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
+        return f"{key}: the value holds a line break or another control character"
     spec = KEYS[key]
-    if raw == "":
+    try:
+        value = _unquote(key, raw, 0)
+    except ConfigError as e:
+        return e.message
+    if value == "":
         return f"{key} is required ({spec.meaning})" if spec.default is REQUIRED else None
     try:
-        _PARSERS[key](raw)
+        _PARSERS[key](value)
     except _Bad as bad:
-        return f"{key}={raw} {bad} ({spec.kind})"
+        return f"{key}={value} {bad} ({spec.kind})"
     return None
+
+
+def check_vars_text(text: str) -> None:
+    """ConfigError when `text` would not load as gpu-rent.vars (every key, and the keys against each other):
+    what setup is about to write is checked before it is written."""
+    _values_of(_read_lines(text))
 
 
 def _read_vars(project_dir: Path) -> dict[str, Any]:
@@ -355,9 +368,13 @@ def _read_vars(project_dir: Path) -> dict[str, Any]:
         hint = "run gpu-rent in a project folder, or pass --project"
         raise ConfigError(VARS_FILE, f"not found in {project_dir} ({hint})")
     try:
-        found = _read_lines(path)
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(VARS_FILE, f"cannot read: {exc}") from None
+    return _values_of(_read_lines(text))
+
+
+def _values_of(found: dict[str, tuple[str, int]]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, spec in KEYS.items():
         raw, line = found.get(key, ("", None))

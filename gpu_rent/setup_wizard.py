@@ -8,6 +8,7 @@ setup_login's: this module asks it for the login and writes the .env lines it na
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -21,7 +22,8 @@ from dotenv import dotenv_values
 
 from gpu_rent import setup_address, setup_catalog, setup_login
 from gpu_rent.atomic import write_atomically
-from gpu_rent.config import DEFAULT_SSH_KEY, ENV_FILE, VARS_FILE, CloudAuth, ConfigError, value_problem
+from gpu_rent.config import DEFAULT_SSH_KEY, ENV_FILE, RUNTIME_DIR, VARS_FILE, CloudAuth, ConfigError, value_problem
+from gpu_rent.config import check_vars_text as config_check_vars_text
 from gpu_rent.setup_login import WHERE, Login
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "examples" / VARS_FILE
@@ -378,11 +380,6 @@ def make_key(key: Path) -> None:
 def write(checked: Checked) -> list[Path]:
     """The key (when asked for), gpu-rent.vars, then .env: the files written, in that order."""
     a = checked.answers
-    a.project.mkdir(exist_ok=True)
-    written = []
-    if checked.key_to_make is not None:
-        make_key(checked.key_to_make)
-        written.append(checked.key_to_make)
     vars_path = a.project / VARS_FILE
     values = {
         "POOL": a.pool, "FLAVOR": a.flavor, "IMAGE": a.image, "PRICE_PER_HOUR": a.price or None,
@@ -390,8 +387,19 @@ def write(checked: Checked) -> list[Path]:
     }  # fmt: skip
     if a.operator_cidr:  # over `# OPERATOR_CIDR=auto`, as the example has it; None leaves the line as it is
         values["OPERATOR_CIDR"] = a.operator_cidr
-    values |= checked_settings(a.settings)
-    write_atomically(vars_path, vars_text(a.project, values), 0o644)
+    settings = checked_settings(a.settings)
+    renaming = _renames_a_rental(a.project, settings)
+    if renaming:
+        raise _refuse(renaming)
+    values |= settings
+    text = vars_text(a.project, values)
+    config_check_vars_text(text)  # the keys against each other too (two ports alike): nothing written then
+    a.project.mkdir(exist_ok=True)
+    written = []
+    if checked.key_to_make is not None:
+        make_key(checked.key_to_make)
+        written.append(checked.key_to_make)
+    write_atomically(vars_path, text, 0o644)
     env, drop = setup_login.auth_env(a.cloud, a.clouds_yaml, a.login, existing_env(a.project))
     env["GPU_RENT_SSH_KEY"] = str(a.key)
     env_path = a.project / ENV_FILE
@@ -413,11 +421,37 @@ def checked_settings(settings: tuple[str, ...]) -> dict[str, str | None]:
             raise _refuse(f"--set {key}: setup asks for {key} itself; use --{by_key[key]}")
         if key in found:
             raise _refuse(f"--set {key}: given twice")
-        problem = value_problem(key, _unquoted(value))
+        problem = value_problem(key, value)  # as the line will hold it, quotes and all
         if problem:
             raise _refuse(f"--set {problem}")
-        found[key] = _unquoted(value) or None
+        found[key] = value if _unquoted(value) else None
     return found
+
+
+def existing_vars_of(project: Path, key: str) -> str | None:
+    """One key's value as the project's gpu-rent.vars holds it (unquoted), None when it is not set."""
+    path = project / VARS_FILE
+    if not path.is_file():
+        return None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = re.match(rf"^\s*{key}\s*=\s*(?P<value>.*)$", line)
+        if match:
+            return _unquoted(match["value"]) or None
+    return None
+
+
+def _renames_a_rental(project: Path, values: dict[str, str | None]) -> str | None:
+    """NAME is every cloud resource's prefix: a project whose state names resources keeps the name it has."""
+    if "NAME" not in values or _unquoted(values["NAME"] or "") == (existing_vars_of(project, "NAME") or ""):
+        return None
+    try:
+        resources = json.loads((project / RUNTIME_DIR / "state.json").read_text(encoding="utf-8")).get("resources")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if resources:
+        return ("--set NAME: this project has cloud resources named by its NAME (gpu-rent status lists them); "
+                "destroy them first, or make a new project folder")  # fmt: skip
+    return None
 
 
 def prepared(given: Answers) -> Answers:

@@ -1,5 +1,6 @@
 """gpu-rent setup without a cloud: option errors, the files it writes, and what a re-run keeps."""
 
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -334,7 +335,47 @@ def test_a_key_given_twice_with_set_is_refused():
 
 def test_set_values_replace_their_commented_defaults_and_an_empty_one_restores_it(tmp_path):
     values = setup_wizard.checked_settings(("data_volume_gb=200", "VOLUME_TYPE='fast.{pool}'", "IDLE_MINUTES="))
-    assert values == {"DATA_VOLUME_GB": "200", "VOLUME_TYPE": "fast.{pool}", "IDLE_MINUTES": None}
+    # a value is written as it was given, quotes and all, so the file reads back what was checked
+    assert values == {"DATA_VOLUME_GB": "200", "VOLUME_TYPE": "'fast.{pool}'", "IDLE_MINUTES": None}
     (tmp_path / "gpu-rent.vars").write_text("POOL=p\n# DATA_VOLUME_GB=100\nIDLE_MINUTES=45\n# VOLUME_TYPE=\n")
     text = setup_wizard.vars_text(tmp_path, values)
-    assert text == "POOL=p\nDATA_VOLUME_GB=200\n# IDLE_MINUTES=\nVOLUME_TYPE=fast.{pool}\n"
+    assert text == "POOL=p\nDATA_VOLUME_GB=200\n# IDLE_MINUTES=\nVOLUME_TYPE='fast.{pool}'\n"
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("KEEP_ALIVE_COMMAND=true\nOPERATOR_CIDR=0.0.0.0/0", "--set KEEP_ALIVE_COMMAND: the value holds a line break"),
+        ("KEEP_ALIVE_COMMAND='pgrep x", "--set KEEP_ALIVE_COMMAND='pgrep x has an unmatched quote"),
+        ("NAME=Bad Name", "--set NAME=Bad Name is not"),
+    ],
+)
+def test_a_set_value_the_file_could_not_hold_is_refused(given, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        setup_wizard.checked_settings((given,))
+
+
+def test_a_command_with_quotes_inside_is_written_as_given():
+    assert setup_wizard.checked_settings(('KEEP_ALIVE_COMMAND="a" && "b"',)) == {"KEEP_ALIVE_COMMAND": '"a" && "b"'}
+
+
+def _checked(project: Path, *settings: str) -> setup_wizard.Checked:
+    key = project / "id_ed25519"
+    answers = Answers(project, cloud="c", pool="p", flavor="f", image="i", key=key, settings=settings)
+    return setup_wizard.Checked(answers, None, None, None)
+
+
+def test_keys_that_clash_with_each_other_write_nothing(tmp_path):
+    project = tmp_path / "p"
+    with pytest.raises(ConfigError, match="LLM_LOCAL_PORT=17801 is LOCAL_PORT too"):
+        setup_wizard.write(_checked(project, "LLM_RUNTIME=ollama", "LLM_LOCAL_PORT=17801"))
+    assert not project.exists()
+
+
+def test_a_project_with_cloud_resources_keeps_its_name(tmp_path):
+    project = tmp_path / "p"
+    (project / ".gpu-rent").mkdir(parents=True)
+    (project / ".gpu-rent" / "state.json").write_text('{"resources": {"boot_volume": "b1"}}')
+    with pytest.raises(ConfigError, match="--set NAME: this project has cloud resources"):
+        setup_wizard.write(_checked(project, "NAME=other"))
+    assert not (project / "gpu-rent.vars").exists()
