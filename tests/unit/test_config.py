@@ -230,7 +230,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.runtime_dir == project.resolve() / ".gpu-rent"
     assert settings.flavors() == ("gpu.a100.1",)
     assert settings.pools() == ("ru-7a",)
-    assert (settings.llm_runtime, settings.llm_local_port, settings.llm_remote_port) == ("none", 11434, 11434)
+    assert (settings.llm_runtime, settings.llm_local_port, settings.llm_remote_port) == ("none", 21434, 11434)
     assert settings.idle_llm is True and settings.llm_models == []
 
 

@@ -220,7 +220,7 @@ def test_settings_carry_the_runtimes_models_to_the_playbooks(tmp_path):
     found = settings.ansible_vars()
     assert found["gpu_rent_llm_models"] == [{"name": "llama3.2:1b", "digest": None}]
     assert (found["gpu_rent_llm_runtime"], found["gpu_rent_llm_local_port"], found["gpu_rent_llm_remote_port"]) == (
-        "ollama", 11434, 11434,
+        "ollama", 21434, 11434,
     )  # fmt: skip
     assert found["gpu_rent_idle_llm"] is True
     assert config.load(project(tmp_path, "none", "ollama: [\n"), with_cloud=False).llm_models == []
