@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +16,8 @@ import pytest
 
 from gpu_rent import llm_models
 from gpu_rent.progress_line import parse as parse_progress
-from tests.unit.test_ollama_standin import MB, Ollama, Registry, registry, wait_for
+from tests.unit.test_ollama_standin import MB, Ollama, Registry, registry, stop, wait_for
+from tests.unit.test_ollama_standin import servers as servers  # a fixture: each server killed at the end
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles" / "llm_runtime" / "files"
@@ -84,26 +83,6 @@ def test_a_digest_is_taken_with_or_without_its_prefix_and_nothing_else_is():
 # ------------------------------------------------------------------ against the stand-ins
 
 
-@pytest.fixture
-def ground(tmp_path):
-    """A registry with the tiny model and an Ollama with an empty models folder; both killed at the end."""
-    started = []
-
-    def start(kind, *args, **kwargs):
-        started.append(kind(*args, **kwargs))
-        return started[-1]
-
-    yield start
-    for server in started:
-        _kill(server.proc)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def pull_argv(ollama: Ollama, model: str, tmp: Path, *extra: str) -> list[str]:
     """The pull as the role starts it, its progress file in tmp."""
     return [sys.executable, str(SCRIPT), "pull", "--model", model, "--insecure", "--url",
@@ -121,10 +100,10 @@ def progress_lines(stdout: str) -> list:
     return [p for p in map(parse_progress, stdout.splitlines()) if p is not None]
 
 
-def test_a_missing_model_is_pulled_with_progress_and_a_present_one_is_left_alone(tmp_path, ground):
+def test_a_missing_model_is_pulled_with_progress_and_a_present_one_is_left_alone(tmp_path, servers):
     written = registry.write_model(tmp_path / "registry", size=3 * MB)
-    reg = ground(Registry, tmp_path / "registry", bytes_per_second=3 * MB)
-    ollama = ground(Ollama, tmp_path / "ollama", models=tmp_path / "models")
+    reg = servers(Registry, tmp_path / "registry", bytes_per_second=3 * MB)
+    ollama = servers(Ollama, tmp_path / "ollama", models=tmp_path / "models")
     name, digest = reg.model(), "sha256:" + written["digest"]
 
     assert run(ollama, "check", "--model", name, tmp=tmp_path).stdout == f"missing {name}\n"
@@ -145,10 +124,10 @@ def test_a_missing_model_is_pulled_with_progress_and_a_present_one_is_left_alone
     assert reg.blob_bytes() == fetched  # nothing asked of the registry
 
 
-def test_a_pin_the_registry_does_not_give_fails_naming_the_model_and_keeps_it(tmp_path, ground):
+def test_a_pin_the_registry_does_not_give_fails_naming_the_model_and_keeps_it(tmp_path, servers):
     written = registry.write_model(tmp_path / "registry", size=MB)
-    reg = ground(Registry, tmp_path / "registry")
-    ollama = ground(Ollama, tmp_path / "ollama", models=tmp_path / "models")
+    reg = servers(Registry, tmp_path / "registry")
+    ollama = servers(Ollama, tmp_path / "ollama", models=tmp_path / "models")
     name, pin = reg.model(), "sha256:" + "0" * 64
     failed = run(ollama, "pull", "--model", name, "--digest", pin, "--insecure", tmp=tmp_path)
     assert failed.returncode == 1
@@ -160,10 +139,10 @@ def test_a_pin_the_registry_does_not_give_fails_naming_the_model_and_keeps_it(tm
     )
 
 
-def test_a_blob_that_does_not_match_its_digest_fails_naming_the_model(tmp_path, ground):
+def test_a_blob_that_does_not_match_its_digest_fails_naming_the_model(tmp_path, servers):
     written = registry.write_model(tmp_path / "registry", size=MB, corrupt=True)
-    reg = ground(Registry, tmp_path / "registry")
-    ollama = ground(Ollama, tmp_path / "ollama", models=tmp_path / "models")
+    reg = servers(Registry, tmp_path / "registry")
+    ollama = servers(Ollama, tmp_path / "ollama", models=tmp_path / "models")
     failed = run(ollama, "pull", "--model", reg.model(), "--insecure", tmp=tmp_path)
     want = written["manifest"]["layers"][0]["digest"]
     assert failed.returncode == 1
@@ -172,23 +151,23 @@ def test_a_blob_that_does_not_match_its_digest_fails_naming_the_model(tmp_path, 
     assert run(ollama, "check", "--model", reg.model(), tmp=tmp_path).stdout == f"missing {reg.model()}\n"
 
 
-def test_a_registry_asked_over_https_fails_naming_the_model(tmp_path, ground):
+def test_a_registry_asked_over_https_fails_naming_the_model(tmp_path, servers):
     """Without llm_runtime_insecure Ollama asks https (images.go), which the plain-HTTP test registry refuses."""
     registry.write_model(tmp_path / "registry", size=MB)
-    reg = ground(Registry, tmp_path / "registry")
-    ollama = ground(Ollama, tmp_path / "ollama", models=tmp_path / "models")
+    reg = servers(Registry, tmp_path / "registry")
+    ollama = servers(Ollama, tmp_path / "ollama", models=tmp_path / "models")
     failed = run(ollama, "pull", "--model", reg.model(), tmp=tmp_path)
     assert failed.returncode == 1
     assert failed.stderr.startswith(f'pull of {reg.model()} failed: pull model manifest: Get "https://')
 
 
-def test_a_pull_cut_short_resumes_where_it_stopped(tmp_path, ground):
+def test_a_pull_cut_short_resumes_where_it_stopped(tmp_path, servers):
     """The script killed mid-pull (a cancelled play): Ollama keeps the part's progress, the next pull asks only for
     the rest (server/download.go)."""
     size = 4 * MB
     written = registry.write_model(tmp_path / "registry", size=size)
-    reg = ground(Registry, tmp_path / "registry", bytes_per_second=2 * MB)
-    ollama = ground(Ollama, tmp_path / "ollama", models=tmp_path / "models")
+    reg = servers(Registry, tmp_path / "registry", bytes_per_second=2 * MB)
+    ollama = servers(Ollama, tmp_path / "ollama", models=tmp_path / "models")
     first = subprocess.Popen(
         pull_argv(ollama, reg.model(), tmp_path),
         stdout=subprocess.DEVNULL,
@@ -203,7 +182,7 @@ def test_a_pull_cut_short_resumes_where_it_stopped(tmp_path, ground):
 
         wait_for(halfway, timeout=20, what="a quarter of the model pulled")
     finally:
-        _kill(first)
+        stop(first)
     model = written["manifest"]["layers"][0]
     part = tmp_path / "models" / "blobs" / f"sha256-{model['digest'][7:]}-partial-0"
     wait_for(lambda: json.loads(part.read_text()).get("Completed", 0) >= MB if part.exists() else False,
@@ -220,19 +199,19 @@ def test_a_pull_cut_short_resumes_where_it_stopped(tmp_path, ground):
     assert resumed.done >= MB  # its bar starts where the first one stopped
 
 
-def test_a_pull_goes_on_when_ollama_restarts_under_it(tmp_path, ground):
+def test_a_pull_goes_on_when_ollama_restarts_under_it(tmp_path, servers):
     """systemd's Restart=always brings Ollama back; the script waits for it and pulls again, which resumes."""
     written = registry.write_model(tmp_path / "registry", size=4 * MB)
-    reg = ground(Registry, tmp_path / "registry", bytes_per_second=2 * MB)
-    ollama = ground(Ollama, tmp_path / "first", models=tmp_path / "models")
+    reg = servers(Registry, tmp_path / "registry", bytes_per_second=2 * MB)
+    ollama = servers(Ollama, tmp_path / "first", models=tmp_path / "models")
     argv = pull_argv(ollama, reg.model(), tmp_path, "--retries", "3")
     pulling = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (tmp_path / "progress").exists() and parse_progress((tmp_path / "progress").read_text()).done
                  > 0, timeout=20, what="the pull under way")  # fmt: skip
-        _kill(ollama.proc)
+        stop(ollama.proc)
         reg.throttle(0)
-        ground(Ollama, tmp_path / "second", models=tmp_path / "models", port=ollama.port)
+        servers(Ollama, tmp_path / "second", models=tmp_path / "models", port=ollama.port)
         out, err = pulling.communicate(timeout=120)
     finally:
         if pulling.poll() is None:
