@@ -302,7 +302,7 @@ serve() {  # name module:app port [oslo args]
     if [ $# -gt 0 ]; then printf ' %q' "$@"; fi; printf '\n'; } > "$RUN/$name.start"
   start_bg "$name" "$LOG/$name.out" "$B/python" -m gpu_rent_ground.serve "$app" "$API:$port" "$@"
 }
-serve keystone keystone.wsgi.api:application 5000
+GROUND_SERVE_WORKERS=4 GROUND_SERVE_THREADS=1 serve keystone keystone.wsgi.api:application 5000
 wait_http "http://$API:5000/v3"
 log "Keystone up; catalog, service users, project gpu-rent"
 "$B/python" -m gpu_rent_ground.seed catalog >>"$LOG/seed.log" 2>&1 || die "seed catalog, see $LOG/seed.log"

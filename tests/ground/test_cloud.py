@@ -1,9 +1,13 @@
 """Facts of the ground's OpenStack that gpu-rent relies on, as the member user."""
 
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from openstack import exceptions as os_exc
 
-from tests.groundkit import CLOUDS_YAML, POOL
+from tests.groundkit import CLOUDS_YAML, POOL, connect
 
 
 def test_member_user_is_not_admin(member_conn):
@@ -11,6 +15,36 @@ def test_member_user_is_not_admin(member_conn):
     assert "admin" not in roles and "member" in roles
     with pytest.raises(os_exc.ForbiddenException):
         list(member_conn.compute.hypervisors())
+
+
+def test_a_members_token_never_carries_roles_of_an_admin_request_beside_it(member_conn):
+    """Keystone keeps a request-local cache on oslo.context's current context: served by threads
+    (gunicorn gthread) a member's application credential was asked with `admin` from an admin request
+    on the same worker (35 of 60 refused with RoleAssignmentNotFound; CI's idle-killer failed so).
+    The ground serves Keystone by processes (ground/ext/gpu_rent_ground/serve.py)."""
+    done = threading.Event()
+
+    def admin_noise():
+        admin = connect("ground-admin")
+        while not done.is_set():
+            list(admin.identity.role_assignments(effective=True))
+            list(admin.compute.servers(all_projects=True))
+
+    def make_and_drop(_):
+        conn = connect("ground")
+        cred = conn.identity.create_application_credential(conn.current_user_id, name=f"t-roles-{uuid.uuid4().hex[:8]}")
+        conn.identity.delete_application_credential(conn.current_user_id, cred.id)
+        return sorted(r["name"] for r in cred.roles)
+
+    with ThreadPoolExecutor(7) as pool:
+        noise = [pool.submit(admin_noise) for _ in range(3)]
+        try:
+            made = list(pool.map(make_and_drop, range(24)))
+        finally:
+            done.set()
+        for n in noise:
+            n.result()
+    assert made == [["member", "reader"]] * 24
 
 
 def test_boot_volume_from_image_is_bootable_and_data_volume_is_empty(cloud):

@@ -111,21 +111,21 @@ class Armed:
 def vm(member_conn, net, tmp_path_factory):
     """A rented host, bootstrapped with the killer armed."""
     cloud = Cloud(member_conn)
-    data = cloud.volume(4)
-    server = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
-    address = cloud.floating_ip(server)
-    fip_id = next(member_conn.network.ips(floating_ip_address=address)).id
-    wait_for_ssh(address)
-    name = unique("t-killer")
-    cloud.later(lambda: drop_killer_credentials(member_conn, name))
-    extra = {"gpu_rent_cloud_auth": member_auth(), "gpu_rent_server_id": server.id,
-             "idle_killer_credential_name": name, "gpu_rent_keep_alive_command": KEEP_ALIVE,
-             "gpu_rent_floating_ip_id": fip_id} | ARMED  # fmt: skip
-    keep_alive(address, "exit 1")
-    workdir = tmp_path_factory.mktemp("killer")
-    first = run_bootstrap((address, data.id), workdir, **extra)
-    assert first.returncode == 0, converged(first)
-    try:
+    try:  # a failed set-up leaves nothing behind either (the module's net is dropped after it)
+        data = cloud.volume(4)
+        server = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
+        address = cloud.floating_ip(server)
+        fip_id = next(member_conn.network.ips(floating_ip_address=address)).id
+        wait_for_ssh(address)
+        name = unique("t-killer")
+        cloud.later(lambda: drop_killer_credentials(member_conn, name))
+        extra = {"gpu_rent_cloud_auth": member_auth(), "gpu_rent_server_id": server.id,
+                 "idle_killer_credential_name": name, "gpu_rent_keep_alive_command": KEEP_ALIVE,
+                 "gpu_rent_floating_ip_id": fip_id} | ARMED  # fmt: skip
+        keep_alive(address, "exit 1")
+        workdir = tmp_path_factory.mktemp("killer")
+        first = run_bootstrap((address, data.id), workdir, **extra)
+        assert first.returncode == 0, converged(first)
         yield Armed(cloud, server, address, fip_id, data.id, workdir, extra, first)
     finally:
         cloud.close()

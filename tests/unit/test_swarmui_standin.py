@@ -411,7 +411,9 @@ def test_each_selfstart_backend_runs_its_own_comfyui_on_its_gpu(tmp_path):
     backends = BACKENDS + second
     swarm, proc = start(tmp_path / "s", backends=backends)
     try:
-        wait_for(lambda: [b["status"] for b in swarm.backends().values()] == ["running", "running"])
+        # 60 s: two ComfyUI stand-ins start side by side while CI's ground tests load both cores
+        wait_for(lambda: [b["status"] for b in swarm.backends().values()] == ["running", "running"], 60,
+                 seen=lambda: swarm.backends())  # fmt: skip
         procs = comfy_processes(swarm.root)
         assert [(p["port"], p["env"]["CUDA_VISIBLE_DEVICES"]) for p in procs] == [
             (swarm.comfy_port, "0"), (swarm.comfy_port + 1, "1")]  # fmt: skip

@@ -8,6 +8,7 @@ gunicorn's own command line would break them: sys.argv is replaced by
 """
 
 import importlib
+import os
 import sys
 
 from gunicorn.app.base import BaseApplication
@@ -20,9 +21,17 @@ class _Application(BaseApplication):
 
     def load_config(self):
         self.cfg.set("bind", self.bind)
-        self.cfg.set("workers", 1)
-        self.cfg.set("threads", 4)
-        self.cfg.set("worker_class", "gthread")
+        # GROUND_SERVE_THREADS=1 for Keystone: its request-local cache (keystone/common/cache/
+        # _context_cache.py) lives on oslo.context's current context, and under gthread a token could be
+        # validated with another request's roles (a member's credential asked for `admin`: 35 of 60
+        # concurrent creations refused with RoleAssignmentNotFound). Processes share no context.
+        workers, threads = (
+            int(os.environ.get("GROUND_SERVE_WORKERS", "1")),
+            int(os.environ.get("GROUND_SERVE_THREADS", "4")),
+        )
+        self.cfg.set("workers", workers)
+        self.cfg.set("threads", threads)
+        self.cfg.set("worker_class", "gthread" if threads > 1 else "sync")
         self.cfg.set("timeout", 300)
         self.cfg.set("graceful_timeout", 5)
         self.cfg.set("proc_name", self.argv[0])
