@@ -493,6 +493,29 @@ def seed_autocomplete(project: ProjectOption = Path(".")) -> None:
     _seed("autocomplete", project)
 
 
+@app.command("seed-llm")
+def seed_llm(project: ProjectOption = Path(".")) -> None:
+    """Install the LLM runtime (LLM_RUNTIME=ollama) on the running VM and pull ollama-models.yaml's models.
+
+    A model already there is not pulled again; an interrupted pull resumes.
+    """
+    settings = _settings(project)
+    try:
+        _rental(settings).seed_llm()
+    except HANDLED as e:
+        raise _fail(e) from None
+    count = len(settings.llm_models)
+    console.print(f"[green]seeded[/] the LLM runtime: Ollama and {count} model{'' if count == 1 else 's'} in place")
+    running = watchdog.read_record(settings)
+    if running is not None and running.get("llm_url"):
+        console.print(f"[green]tunnel[/]: {running['llm_url']} → ollama on the VM")
+    elif running is not None:  # opened while LLM_RUNTIME was none: it forwards SwarmUI's port alone
+        note(
+            f"the running tunnel forwards no LLM port: `gpu-rent tunnel --close`, then `gpu-rent tunnel --background` "
+            f"adds http://127.0.0.1:{settings.llm_local_port}"
+        )
+
+
 @app.command()
 def hold(
     project: ProjectOption = Path("."),

@@ -121,6 +121,11 @@ KEYS: dict[str, Key] = {
         11434,
         "the LLM runtime's port on the VM, on 127.0.0.1 only (reached only through SSH)",
     ),
+    "LLM_RELEASE_URL": Key(
+        "an https or http URL of a .tar.zst",
+        None,
+        "Ollama's release archive from a mirror of yours, its sha256sum.txt beside it (empty: upstream's release)",
+    ),
     "PULL_OUTPUT": Key("true/false, yes/no, on/off or 1/0", True, "copy generated images here before stopping"),
     "KEEP_FLOATING_IP": Key("true/false, yes/no, on/off or 1/0", False, "keep the floating IP between rentals"),
     "PUSH_FOLDERS": Key(
@@ -276,6 +281,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "LLM_RUNTIME": _matching(r"none|ollama|llamacpp", "is none of none, ollama, llamacpp"),
     "LLM_LOCAL_PORT": _whole(1, 65535),
     "LLM_REMOTE_PORT": _whole(1, 65535),
+    "LLM_RELEASE_URL": _matching(r"https?://[^\s/]+/\S*\.tar\.zst", "is not an https or http URL of a .tar.zst"),
     "PULL_OUTPUT": _bool,
     "KEEP_FLOATING_IP": _bool,
     "PUSH_FOLDERS": _push_folders,
@@ -640,6 +646,7 @@ class Settings:
     llm_runtime: str
     llm_local_port: int
     llm_remote_port: int
+    llm_release_url: str | None
     pull_output: bool
     keep_floating_ip: bool
     push_folders: tuple[tuple[str, str], ...]

@@ -8,7 +8,8 @@ LLM_RUNTIME is used:
       - llama3.2:1b
       - name: qwen3:4b
         digest: sha256:<64 hex>               # optional: the manifest the pull must give
-      - name: 127.0.0.1:5000/library/tiny:latest
+      - name: 10.0.0.5:5000/library/tiny:latest
+        insecure: true                        # plain HTTP: only to a registry host the name gives
     llamacpp:                                 # GGUF files; llama-server serves the one marked serve: true
       - url: https://huggingface.co/<repo>/resolve/main/model-Q4_K_M.gguf
         sha256: <64 hex>
@@ -217,10 +218,19 @@ def _line_of(entry: _Map, key: str) -> int:
 
 
 def _ollama(where: str, raw: Any, line: int) -> dict:
-    entry = _entry(where, raw, line, ("name", "digest"), "name")
+    entry = _entry(where, raw, line, ("name", "digest", "insecure"), "name")
     problem = ollama_name_problem(entry.get("name"))
     if problem:
         raise ModelsFileError(f"{where}: {problem}", line=_line_of(entry, "name"))
+    insecure = entry.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise ModelsFileError(f"{where}: insecure must be true or false", line=_line_of(entry, "insecure"))
+    # plain HTTP only to a registry the entry names itself: never to Ollama's own, by a slip of the pen
+    if insecure and (entry["name"].count("/") < 2 or ollama_name_parts(entry["name"])["host"] == _OLLAMA_DEFAULTS[0]):
+        raise ModelsFileError(
+            f"{where}: insecure: true needs a registry host of your own in the name (host:port/namespace/model:tag)",
+            line=_line_of(entry, "insecure"),
+        )
     digest = entry.get("digest")
     if digest is not None:
         # Ollama's /api/tags names a model's manifest by its sha256 without the "sha256:" that pulls print
@@ -228,7 +238,7 @@ def _ollama(where: str, raw: Any, line: int) -> dict:
         if not isinstance(hexdigits, str) or not _SHA256.fullmatch(hexdigits):
             raise ModelsFileError(f"{where}: digest must be sha256:<64 hex digits>", line=_line_of(entry, "digest"))
         digest = f"sha256:{hexdigits.lower()}"
-    return {"name": entry["name"].strip(), "digest": digest}
+    return {"name": entry["name"].strip(), "digest": digest, "insecure": insecure}
 
 
 def _llamacpp(where: str, raw: Any, line: int) -> dict:

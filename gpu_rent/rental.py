@@ -79,11 +79,10 @@ def refuse_unsupported(settings: Settings) -> None:
     why = swarmui_versions.refusal(settings.swarmui_version)
     if why:
         raise ConfigError(VARS_FILE, why, key="SWARMUI_VERSION")
-    if settings.llm_runtime != "none":  # until up installs it: a tunnel to nothing and silent pulls would mislead
+    if settings.llm_runtime == "llamacpp":  # until up installs it: a tunnel to nothing would mislead
         raise ConfigError(
             VARS_FILE,
-            f"LLM_RUNTIME={settings.llm_runtime}: this gpu-rent does not install an LLM runtime on the VM yet; "
-            "set LLM_RUNTIME=none",
+            "LLM_RUNTIME=llamacpp: this gpu-rent installs only Ollama on the VM yet; set LLM_RUNTIME=ollama or none",
             key="LLM_RUNTIME",
         )
 
@@ -263,6 +262,20 @@ class Rental:
             state = load_state(self.store, self.say)
             self._require_running_vm("seed", "run gpu-rent up first")
             self._run(state, "seed", f"seeding {part}", {"seed_only": part, "seed_update": update})
+            return state
+
+    def seed_llm(self) -> State:
+        """The LLM runtime and the models of ollama-models.yaml on the running VM (what up does with it on)."""
+        if self.settings.llm_runtime != "ollama":
+            raise ConfigError(
+                VARS_FILE,
+                f"LLM_RUNTIME={self.settings.llm_runtime}: seed-llm installs Ollama; set LLM_RUNTIME=ollama",
+                key="LLM_RUNTIME",
+            )
+        with self.store.lock("seed-llm"):
+            state = load_state(self.store, self.say)
+            self._require_running_vm("seed the LLM runtime on", "run gpu-rent up first")
+            self._run(state, "seed_llm", "the LLM runtime and its models")
             return state
 
     def hold(self, until: float | None) -> State:

@@ -13,7 +13,7 @@ from gpu_rent.state import StateStore
 
 runner = CliRunner()
 COMMANDS = [
-    "up", "stop", "destroy", "status", "doctor", "dry-run", "resize-data", "seed-extensions", "seed-models",
+    "up", "stop", "destroy", "status", "doctor", "dry-run", "resize-data", "seed-extensions", "seed-models", "seed-llm",
     "seed-autocomplete", "hold", "tunnel", "watchdog", "open", "ssh", "logs",
 ]  # fmt: skip
 

@@ -121,6 +121,8 @@ BAD = [
      "is none of none, ollama, llamacpp (none, ollama or llamacpp)"),
     ("llm port out of range", V + "LLM_REMOTE_PORT=65536\n", CLOUD_ENV, "gpu-rent.vars:4", "LLM_REMOTE_PORT",
      "out of range"),
+    ("llm release not an archive url", V + "LLM_RELEASE_URL=ftp://mirror/ollama.tgz\n", CLOUD_ENV, "gpu-rent.vars:4",
+     "LLM_RELEASE_URL=ftp://mirror/ollama.tgz", "is not an https or http URL of a .tar.zst"),
     ("bad llm switch", V + "IDLE_LLM=sometimes\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_LLM=sometimes", "yes/no"),
     ("llm port is swarmui's", V + "LLM_RUNTIME=ollama\nLLM_LOCAL_PORT=17801\n", CLOUD_ENV, "gpu-rent.vars:5",
      "LLM_LOCAL_PORT=17801", "is LOCAL_PORT too: SwarmUI and the LLM runtime need a port each on this machine"),
@@ -300,6 +302,9 @@ def test_the_llm_settings(tmp_path: Path) -> None:
     s = load(make_project(tmp_path, text))
     assert (s.llm_runtime, s.llm_local_port, s.llm_remote_port, s.idle_llm) == ("llamacpp", 18080, 8080, False)
     assert s.llm_models == []  # no ollama-models.yaml: no models
+    assert s.llm_release_url is None
+    mirror = "https://mirror.example/ollama/v0.32.15/ollama-linux-amd64.tar.zst"
+    assert load(make_project(tmp_path, V + f"LLM_RELEASE_URL={mirror}\n")).llm_release_url == mirror
 
 
 @pytest.mark.parametrize(

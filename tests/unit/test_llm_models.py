@@ -123,7 +123,7 @@ ollama:
   - llama3.2:1b
   - name: qwen3:4b
     digest: sha256:{SHA.upper()}
-  - {{name: 127.0.0.1:5000/library/tiny:latest, digest: {SHA}}}
+  - {{name: 127.0.0.1:5000/library/tiny:latest, digest: {SHA}, insecure: true}}
 llamacpp:
   - url: https://huggingface.co/org/repo/resolve/main/Model-Q4_K_M.gguf?download=true
     sha256: {SHA.upper()}
@@ -132,9 +132,9 @@ llamacpp:
 """,
     )
     assert load(tmp_path, "ollama") == [
-        {"name": "llama3.2:1b", "digest": None},
-        {"name": "qwen3:4b", "digest": f"sha256:{SHA}"},
-        {"name": "127.0.0.1:5000/library/tiny:latest", "digest": f"sha256:{SHA}"},  # as /api/tags writes it
+        {"name": "llama3.2:1b", "digest": None, "insecure": False},
+        {"name": "qwen3:4b", "digest": f"sha256:{SHA}", "insecure": False},
+        {"name": "127.0.0.1:5000/library/tiny:latest", "digest": f"sha256:{SHA}", "insecure": True},  # as /api/tags
     ]
     assert load(tmp_path, "llamacpp") == [
         {"url": "https://huggingface.co/org/repo/resolve/main/Model-Q4_K_M.gguf?download=true", "sha256": SHA,
@@ -153,7 +153,7 @@ llamacpp:
         ("ollama: []\nmodels: []\n", 2, "unknown part models (allowed: ollama, llamacpp)"),
         ("ollama: llama3.2\n", 1, "ollama must be a list"),
         ("ollama:\n  - 3\n", 2, "ollama[1]: must be a name or a mapping of name, digest"),
-        ("ollama:\n  - name: a\n    tag: b\n", 3, "ollama[1]: unknown key tag (allowed: name, digest)"),
+        ("ollama:\n  - name: a\n    tag: b\n", 3, "ollama[1]: unknown key tag (allowed: name, digest, insecure)"),
         ("ollama:\n  - name: a\n    name: b\n", 3, "name is given twice (lines 2 and 3)"),
         ("ollama:\n  - x\n  - {name: 'llama 3'}\n", 3, "ollama[2]: name 'llama 3' is not an Ollama model name"),
         ("ollama:\n  - {}\n", 2, "ollama[1]: name must be an Ollama model name such as llama3.2:1b"),
@@ -216,9 +216,11 @@ def project(tmp_path: Path, runtime: str, models: str | None) -> Path:
 
 def test_settings_carry_the_runtimes_models_to_the_playbooks(tmp_path):
     settings = config.load(project(tmp_path, "ollama", "ollama: [llama3.2:1b]\n"), with_cloud=False)
-    assert settings.llm_runtime == "ollama" and settings.llm_models == [{"name": "llama3.2:1b", "digest": None}]
+    wanted = [{"name": "llama3.2:1b", "digest": None, "insecure": False}]
+    assert settings.llm_runtime == "ollama" and settings.llm_models == wanted
     found = settings.ansible_vars()
-    assert found["gpu_rent_llm_models"] == [{"name": "llama3.2:1b", "digest": None}]
+    assert found["gpu_rent_llm_models"] == wanted
+    assert found["gpu_rent_llm_release_url"] is None  # the role's default: upstream's release
     assert (found["gpu_rent_llm_runtime"], found["gpu_rent_llm_local_port"], found["gpu_rent_llm_remote_port"]) == (
         "ollama", 21434, 11434,
     )  # fmt: skip
@@ -253,15 +255,31 @@ def test_dry_run_refuses_a_bad_models_file_in_one_line_before_the_cloud(dead_clo
         assert not (dead_cloud_project / ".gpu-rent" / "state.json").exists()
 
 
-def test_up_refuses_a_runtime_it_cannot_install_yet_before_the_cloud(dead_cloud_project):
-    """Until up installs the runtime, LLM_RUNTIME on would forward a port to nothing: bad input, nothing rented."""
+def test_up_refuses_llamacpp_it_cannot_install_yet_before_the_cloud(dead_cloud_project):
+    """Until up installs llama.cpp, LLM_RUNTIME=llamacpp would forward a port to nothing: bad input, nothing rented."""
     from gpu_rent.cli import app
 
     with (dead_cloud_project / "gpu-rent.vars").open("a") as f:
-        f.write("LLM_RUNTIME=ollama\n")
+        f.write("LLM_RUNTIME=llamacpp\n")
     result = CliRunner().invoke(app, ["up", "--yes", "--project", str(dead_cloud_project)])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == ["error: gpu-rent.vars: LLM_RUNTIME=ollama: this gpu-rent does not install an LLM runtime on "
-                     "the VM yet; set LLM_RUNTIME=none"], lines  # fmt: skip
+    assert lines == ["error: gpu-rent.vars: LLM_RUNTIME=llamacpp: this gpu-rent installs only Ollama on the VM yet; "
+                     "set LLM_RUNTIME=ollama or none"], lines  # fmt: skip
     assert not (dead_cloud_project / ".gpu-rent" / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("{name: llama3.2:1b, insecure: true}", "ollama-models.yaml:2: ollama[1]: insecure: true needs a registry"),
+        ("{name: library/llama3.2:1b, insecure: true}", "ollama[1]: insecure: true needs a registry host"),
+        ("{name: registry.ollama.ai/library/x:1, insecure: true}", "ollama[1]: insecure: true needs a registry host"),
+        ("{name: 10.0.0.5:5000/library/x:1, insecure: yes please}", "ollama[1]: insecure must be true or false"),
+    ],
+)
+def test_plain_http_is_only_for_a_registry_the_entry_names(tmp_path, entry, said):
+    """`insecure` sends Ollama's pull over HTTP: never to Ollama's own registry by a slip of the pen."""
+    with pytest.raises(llm_models.ModelsFileError) as bad:
+        load(write(tmp_path, f"ollama:\n  - {entry}\n"), "ollama")
+    assert said in str(bad.value)
