@@ -224,6 +224,11 @@ def test_up_rents_exactly_the_resources_of_the_spec(life):
     assert lines[0] == "active"
     assert lines[1].endswith("/mnt/swarm_data") and lines[2] == "/opt/swarmui/Models"
     assert [line.split()[3] for line in lines[3:]] == ["127.0.0.1:7801"]
+    # LLM_RUNTIME is none unless set: no runtime installed, nothing on its port, no second forward
+    no_llm = ssh(address, "ls /usr/local/bin/ollama /etc/systemd/system/ollama.service /mnt/swarm_data/ollama; "
+                          "ss -ltnH 'sport = :11434' | wc -l")  # fmt: skip
+    assert no_llm.stdout.split() == ["0"] and no_llm.stderr.count("No such file") == 3, no_llm
+    assert tunnel(project).get("llm_url") is None
 
 
 def test_up_opens_the_tunnel_to_swarmui_on_the_vm_and_websockets_pass(life):
