@@ -48,7 +48,7 @@ generation waiting for a backend after Backends.MaxTimeoutMinutes (120).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 KEEP = "keep"
 DELETE = "delete"
@@ -129,6 +129,8 @@ class Memory:
 
     idle_since: float | None = None  # when the queue was last seen going empty
     troubled_since: float | None = None  # when SwarmUI stopped answering, or its backend stopped running
+    # each loaded Ollama model's keep-alive end at the last tick: one that moved means a request came since
+    llm_seen: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ def _minutes(seconds: float) -> str:
 
 def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
     now = seen.now
+    before, memory = memory.llm_seen, replace(memory, llm_seen=_llm_ends(seen))
 
     def keep(reason: str, **changes) -> Decision:
         # anything that keeps the VM for a reason of its own restarts the empty-queue clock
@@ -163,7 +166,7 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         return keep(f"download of {seen.downloads[0]}{more}")
 
     trouble = _trouble(seen, limits)
-    work = _work(seen, limits)
+    work = _work(seen, limits, before)
     if work:  # work seen is work done: whatever is wrong besides, the cap counts from when it ends
         return keep(f"{work}; {trouble}" if trouble else work, troubled_since=None)
 
@@ -258,7 +261,7 @@ def _silent_comfy(seen: Observation) -> str | None:
     return f"ComfyUI on port {ports} does not tell its queue"
 
 
-def _work(seen: Observation, limits: Limits) -> str | None:
+def _work(seen: Observation, limits: Limits, llm_before: dict | None = None) -> str | None:
     """Work in SwarmUI, its ComfyUI backends, on a GPU or by the user's own measure, in words; None: none."""
     counters = (seen.status or {}).get("status")
     counters = counters if isinstance(counters, dict) else {}
@@ -269,7 +272,7 @@ def _work(seen: Observation, limits: Limits) -> str | None:
         hot = [(i, u) for i, u, _mem in seen.gpus if u is not None and u > limits.gpu_percent]
         if hot:
             busy.append(", ".join(f"GPU {i} at {u:.0f} %" for i, u in hot))
-    llm = _llm_work(seen)
+    llm = _llm_work(seen, limits, llm_before or {})
     if llm:
         busy.append(llm)
     if seen.keep_alive:
@@ -299,12 +302,28 @@ def _llm_models(seen: Observation) -> tuple[list[tuple[str, float | None]], list
     return told, forever
 
 
-def _llm_work(seen: Observation) -> str | None:
+def _llm_ends(seen: Observation) -> dict:
+    told, _forever = _llm_models(seen)
+    return {name: ends for name, ends in told if ends is not None}
+
+
+def _llm_used(name: str, ends: float | None, seen: Observation, limits: Limits, before: dict) -> bool:
+    """A loaded model is work while its keep-alive is no longer than IDLE_MINUTES (Ollama's 5 min), while a
+    request runs (its end passed), and at the tick its end moved (a request came: sched.go sets the end
+    anew when one finishes). A longer keep-alive a client asked for (e.g. "24h") is not work by itself:
+    unused, the model would hold the VM for the whole of it."""
+    if ends is None or ends <= seen.now or ends - seen.now <= limits.idle_seconds:
+        return True
+    last = before.get(name)
+    return not isinstance(last, int | float) or ends > last + 1
+
+
+def _llm_work(seen: Observation, limits: Limits, before: dict) -> str | None:
     """'LLM runtime: model llama3.2:1b loaded (keep-alive for 4 min more)', a llama.cpp slot or request at work."""
     llm = seen.llm
     if llm is None or llm.error:
         return None
-    told, _forever = _llm_models(seen)
+    told = [(name, ends) for name, ends in _llm_models(seen)[0] if _llm_used(name, ends, seen, limits, before)]
     if told:
         # Ollama lists a model from its load until its keep-alive ends; a request keeps it however long it
         # runs (server/sched.go: the expiry is set when the last request ends), so a past end means in use
@@ -355,6 +374,11 @@ def _quiet_llm(seen: Observation) -> str | None:
     if llm.error:  # nothing listens, or the route is off: it can run nothing, or its work cannot be seen
         return f"{name} not read ({_line(llm.error)})"
     if llm.runtime == "ollama":
+        told = _llm_models(seen)[0]
+        if told:  # loaded with a keep-alive longer than IDLE_MINUTES, and no request since the last tick
+            name, ends = max(told, key=lambda model: model[1] or 0)
+            left = _minutes((ends or seen.now) - seen.now)
+            return f"Ollama model {_line(name)} loaded but unused (keep-alive {left} more)"
         return "no Ollama model loaded"
     return "no llama.cpp slot processing" if llm.slots is not None else "no llama.cpp request"
 

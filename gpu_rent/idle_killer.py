@@ -329,7 +329,9 @@ def load_status(path: Path) -> dict:
         if key in status and _number(status[key]) is None:
             status.pop(key)
     memory = status.get("memory") if isinstance(status.get("memory"), dict) else {}
-    status["memory"] = {k: _number(memory.get(k)) for k in Memory.__dataclass_fields__}
+    status["memory"] = {k: _number(memory.get(k)) for k in Memory.__dataclass_fields__ if k != "llm_seen"}
+    seen = memory.get("llm_seen") if isinstance(memory.get("llm_seen"), dict) else {}
+    status["memory"]["llm_seen"] = {str(k): v for k, v in seen.items() if _number(v) is not None}
     credential = status.get("credential") if isinstance(status.get("credential"), dict) else {}
     credential["checked_at"] = _number(credential.get("checked_at"))
     status["credential"] = credential

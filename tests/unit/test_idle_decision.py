@@ -587,3 +587,23 @@ def test_llm_work_keeps_the_vm_though_swarmui_does_not_answer_and_says_both():
 def test_with_the_llm_signal_off_the_runtime_is_neither_work_nor_named():
     decision = decide(seen(llm=None), LIMITS, Memory(idle_since=LATE - 30 * MIN))
     assert decision.action == DELETE and "LLM" not in decision.reason and "Ollama" not in decision.reason
+
+
+def test_a_keep_alive_longer_than_idle_minutes_is_work_only_when_a_request_moved_it():
+    """A client's keep_alive "24h" must not hold an unused VM for a day: after the request that set it, the
+    model is loaded but idle; a later request moves its end (sched.go) and is work again."""
+    day = 24 * 60 * MIN
+    asked = ollama(("llama3.2:1b", LATE + day))  # a request just ended, with keep_alive 24h
+    again = ollama(("llama3.2:1b", LATE + 20 * MIN + day))  # another one, 20 min later
+    first, unused, used, then_unused, end = run(
+        [seen(LATE, **asked), seen(LATE + MIN, **asked), seen(LATE + 20 * MIN, **again),
+         seen(LATE + 21 * MIN, **again), seen(LATE + 50 * MIN, **again)]
+    )  # fmt: skip
+    assert first.action == KEEP and first.reason.startswith("LLM runtime: model llama3.2:1b loaded")
+    assert (
+        unused.reason
+        == "queue empty, Ollama model llama3.2:1b loaded but unused (keep-alive 1439 min more), idle for 0 min"
+    )
+    assert used.action == KEEP and used.memory.idle_since is None
+    assert then_unused.fires_at == LATE + 51 * MIN  # IDLE_MINUTES after the tick that saw the last request
+    assert end.action == KEEP and run([*(seen(LATE + m * MIN, **again) for m in (20, 21, 51))])[-1].action == DELETE

@@ -225,7 +225,8 @@ def test_the_compute_endpoint_is_the_interface_and_region_of_the_config():
 @pytest.mark.parametrize(
     "damaged",
     ["[]", '{"booted_at": "x", "memory": [1], "credential": "ok", "session_id": 5}',
-     '{"memory": {"idle_since": "yesterday"}, "credential": {"checked_at": null}}', "{not json"],
+     '{"memory": {"idle_since": "yesterday"}, "credential": {"checked_at": null}}', "{not json",
+     '{"memory": {"llm_seen": ["x"]}}', '{"memory": {"llm_seen": {"m": "soon", "n": null}}}'],
 )  # fmt: skip
 def test_a_damaged_status_file_never_stops_the_killer(tmp_path, swarm, damaged):
     cfg = config(tmp_path, swarm.port)
