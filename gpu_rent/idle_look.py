@@ -11,6 +11,7 @@ idle_killer.py on the VM.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import pwd
@@ -258,8 +259,15 @@ def _llamacpp_look(url: str, timeout: float) -> LlmLook:
 
 
 def _get(url: str, timeout: float) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as reply:
-        return reply.read()
+    """The body of a GET; something on the port that does not speak HTTP (http.client's BadStatusLine,
+    not an OSError) is a ValueError, an answer of another shape, so it never stops a tick."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return reply.read()
+    except http.client.HTTPException as e:
+        if isinstance(e, OSError):  # RemoteDisconnected: a connection reset, as the OSErrors are
+            raise
+        raise ValueError(f"not an HTTP answer ({type(e).__name__})") from None
 
 
 def _llm_unread(runtime: str, error: BaseException) -> LlmLook:

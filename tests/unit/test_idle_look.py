@@ -10,6 +10,7 @@ no device (6, "No devices were found") and no driver (9).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -381,6 +382,28 @@ def test_llamacpp_without_slots_is_read_from_its_metrics_and_without_both_only_n
 def test_nothing_listening_is_not_silent_it_can_run_nothing():
     look = llm_look("ollama", f"http://127.0.0.1:{free_port()}")
     assert look.error == "[Errno 111] Connection refused" and look.silent is False and look.models == ()
+
+
+@pytest.mark.parametrize("kind", ["ollama", "llamacpp"])
+def test_a_port_that_does_not_speak_http_is_silent_trouble_never_a_broken_tick(kind):
+    """Something else on LLM_REMOTE_PORT (an SSH banner, a raw TCP service): http.client's BadStatusLine is
+    no OSError, and escaping the look it would stop every tick (and so every deletion)."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def banner():
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = listener.accept()
+                    with conn:
+                        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+        threading.Thread(target=banner, daemon=True).start()
+        look = llm_look(kind, f"http://127.0.0.1:{listener.getsockname()[1]}")
+    assert look.error == "not an HTTP answer (BadStatusLine)" and look.silent is True
 
 
 @pytest.mark.parametrize(
