@@ -36,8 +36,10 @@ HTTP_TIMEOUT = 10
 # host may make it slow, so it is given more than a moment before it counts as not answering.
 COMFY_TIMEOUT = 5
 # A "*.tmp" under Models written to within this long means a download runs (SwarmUI's own
-# downloads write <name>.download.tmp, its workflow auto-downloads <file>.tmp).
+# downloads write <name>.download.tmp, its workflow auto-downloads <file>.tmp); so does an Ollama pull
+# anyone started (server/download.go: blobs/sha256-<hex>-partial, its parts' -partial-<N>).
 DOWNLOAD_FRESH_SECONDS = 120
+_PARTIAL_BLOB = re.compile(r"sha256-[0-9a-f]{64}-partial(-\d+)?")
 FUTURE_SLACK = 5  # seconds a partial file's mtime may lie ahead of this clock and still count
 
 
@@ -327,7 +329,7 @@ def fresh_downloads(dirs: tuple[str, ...], now: float, fresh: float = DOWNLOAD_F
     for top in dirs:
         for folder, _dirs, files in os.walk(top):
             for name in files:
-                if not name.endswith(".tmp"):
+                if not (name.endswith(".tmp") or _PARTIAL_BLOB.fullmatch(name)):
                     continue
                 path = os.path.join(folder, name)
                 try:

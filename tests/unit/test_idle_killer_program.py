@@ -193,6 +193,19 @@ def test_fresh_downloads_are_partial_files_written_lately_newest_first(tmp_path)
     )
 
 
+def test_an_ollama_pull_anyone_started_is_a_fresh_download(tmp_path):
+    """server/download.go writes blobs/sha256-<hex>-partial and a -partial-<N> per part; the blob itself
+    and a manifest are no download."""
+    blobs = tmp_path / "ollama" / "blobs"
+    blobs.mkdir(parents=True)
+    now, blob = time.time(), "sha256-" + "ab" * 32
+    for name, age in ((f"{blob}-partial", 5), (f"{blob}-partial-0", 3), ("sha256-" + "cd" * 32, 1),
+                      (f"{blob}-partial-x", 1), ("sha256-abc-partial", 1)):  # fmt: skip
+        (blobs / name).write_bytes(b"x")
+        os.utime(blobs / name, (now - age, now - age))
+    assert fresh_downloads((str(blobs),), now) == (f"{blob}-partial-0", f"{blob}-partial")
+
+
 @pytest.mark.parametrize(
     ("text", "expected"), [("1767225600\n", 1767225600.0), ("12.5", 12.5), ("", None), ("-", None)]
 )
