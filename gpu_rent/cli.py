@@ -245,6 +245,16 @@ def setup(
             "to its default.",
         ),
     ] = None,
+    llm_runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--llm-runtime",
+            metavar="[none|ollama|llamacpp]",
+            help="An LLM runtime beside SwarmUI on the VM's GPU (LLM_RUNTIME); up installs ollama, llamacpp is not "
+            "installed by up yet.",
+            show_default="the project's, or none",
+        ),
+    ] = None,
 ) -> None:
     """Make a project folder: check the login, pool, GPU flavor, image and SSH key, then write .env and gpu-rent.vars.
 
@@ -254,6 +264,8 @@ def setup(
     from the environment only, never from an option: the command line is visible to every user of the machine.
     When OPERATOR_CIDR=auto cannot find this machine's public address (it reaches the cloud from a private one,
     behind NAT), the address SSH to the VM is open to is asked for, or given with --operator-cidr.
+    Last, the LLM runtime (--llm-runtime); with ollama or llamacpp, a project without an ollama-models.yaml gets a
+    starter one that lists no model.
     """
     # the secrets from the environment: argv is visible in ps, the environment is not
     login = setup_login.Login(
@@ -281,6 +293,7 @@ def setup(
         flavor_fallback=None if flavor_fallback is None else tuple(flavor_fallback),
         operator_cidr=operator_cidr,
         settings=tuple(settings or ()),
+        llm_runtime=llm_runtime,
     )
     if not non_interactive and not sys.stdin.isatty():
         error("no terminal to ask on: use gpu-rent setup --non-interactive --cloud NAME --pool P --flavor F --image I")

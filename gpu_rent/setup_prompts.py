@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from gpu_rent import setup_address, setup_catalog, setup_login, setup_wizard
 from gpu_rent.config import CloudAuth, ConfigError
+from gpu_rent.llm_models import MODELS_FILE
 from gpu_rent.rental import CloudUnreachable
 from gpu_rent.setup_login import APP_CREDENTIAL, PASSWORD, Login
 from gpu_rent.setup_wizard import Answers, Checked
@@ -27,6 +28,12 @@ NONE = "none"
 TYPED = {"os-values": PASSWORD, "app-credential": APP_CREDENTIAL}
 # the places openstacksdk reads a clouds.yaml from, for the line that says none was found
 USUAL_PLACES = "./clouds.yaml, ~/.config/openstack/clouds.yaml, /etc/openstack/clouds.yaml"
+# LLM_RUNTIME's choices, as the last question lists them (setup_wizard.LLM_RUNTIMES, in that order)
+LLM_RUNTIME_LINES = {
+    NONE: f"{NONE}: SwarmUI alone on the GPU",
+    "ollama": f"ollama: Ollama, installed by up; its models listed in {MODELS_FILE}",
+    "llamacpp": f"llamacpp: llama.cpp's llama-server, models in {MODELS_FILE} (up does not install it yet)",
+}
 
 
 @dataclass(frozen=True)
@@ -344,6 +351,13 @@ def operator_cidr(p: Prompter, answers: Answers, auth: CloudAuth) -> str | None:
             p.refuse(f"{answer}: {e}")
 
 
+def llm_runtime(p: Prompter, answers: Answers) -> str:
+    """LLM_RUNTIME: the project's (or --llm-runtime) the default, else none."""
+    choices = [Choice(runtime, LLM_RUNTIME_LINES[runtime]) for runtime in setup_wizard.LLM_RUNTIMES]
+    title = "LLM runtime beside SwarmUI on the VM's GPU (LLM_RUNTIME)"
+    return choose(p, title, choices, answers.llm_runtime or NONE)
+
+
 def ask(given: Answers, p: Prompter, login: Callable | None = None) -> Checked:
     """Every question in order, the login first; the checked answers, nothing written."""
     answers = setup_wizard.prepared(given)
@@ -367,4 +381,5 @@ def ask(given: Answers, p: Prompter, login: Callable | None = None) -> Checked:
     )
     answers, key_to_make = ssh_key(p, answers)
     answers = replace(answers, operator_cidr=operator_cidr(p, answers, auth))
+    answers = replace(answers, llm_runtime=llm_runtime(p, answers))
     return Checked(answers, auth, picked_flavor, key_to_make)

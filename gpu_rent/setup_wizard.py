@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from gpu_rent import setup_address, setup_catalog, setup_login
+from gpu_rent import llm_models, setup_address, setup_catalog, setup_login
 from gpu_rent.atomic import write_atomically
 from gpu_rent.config import DEFAULT_SSH_KEY, ENV_FILE, RUNTIME_DIR, VARS_FILE, CloudAuth, ConfigError, value_problem
 from gpu_rent.config import check_vars_text as config_check_vars_text
@@ -31,8 +31,27 @@ NEW_KEY_NAME = "id_ed25519"
 # the keys setup fills in: option name -> gpu-rent.vars key
 VARS_OPTIONS = {
     "pool": "POOL", "flavor": "FLAVOR", "image": "IMAGE", "price-per-hour": "PRICE_PER_HOUR",
-    "flavor-fallback": "FLAVOR_FALLBACK", "operator-cidr": "OPERATOR_CIDR",
+    "flavor-fallback": "FLAVOR_FALLBACK", "operator-cidr": "OPERATOR_CIDR", "llm-runtime": "LLM_RUNTIME",
 }  # fmt: skip
+# LLM_RUNTIME's values: none, or a runtime whose models ollama-models.yaml lists
+LLM_RUNTIMES = ("none", *llm_models.RUNTIMES)
+# the ollama-models.yaml setup writes beside LLM_RUNTIME=ollama or llamacpp when the project has none: read as
+# no models (nothing pulled), its examples commented out
+MODELS_STARTER = """\
+# The models of the LLM runtime (LLM_RUNTIME in gpu-rent.vars): gpu-rent up and seed-llm bring them to the VM.
+# None yet. To add one, replace "ollama: []" by "ollama:" and uncomment the lines below it you need.
+ollama: []
+#   - llama3.2:1b                             # a name alone, or:
+#   - name: qwen3:4b
+#     digest: sha256:<64 hex digits>          # optional: the manifest the pull must give
+
+# llama.cpp (LLM_RUNTIME=llamacpp): GGUF files, each checked by its sha256. gpu-rent up does not install
+# llama.cpp yet (it refuses LLM_RUNTIME=llamacpp); the list is checked all the same.
+llamacpp: []
+#   - url: https://huggingface.co/<repo>/resolve/main/model-Q4_K_M.gguf
+#     sha256: <64 hex digits>
+#     serve: true                             # the one llama-server serves: exactly one
+"""
 _VARS_LINE = re.compile(rf"^(?P<key>{'|'.join(VARS_OPTIONS.values())})\s*=\s*(?P<value>.*)$")
 # extra specs that say which zones a flavor runs in (aggregate_instance_extra_specs:availability_zone and the like)
 _ZONE_SPEC = re.compile(r"(^|:)availability_zones?$", re.IGNORECASE)
@@ -57,6 +76,7 @@ class Answers:
     operator_cidr: str | None = None
     # --set KEY=VALUE for any other key of gpu-rent.vars, as given ("" puts the key back to its default)
     settings: tuple[str, ...] = ()
+    llm_runtime: str | None = None  # LLM_RUNTIME: none, ollama or llamacpp; None: not given, the project's line stays
 
 
 @dataclass(frozen=True)
@@ -125,6 +145,7 @@ def merged(given: Answers) -> Answers:
         login=login,
         price=vars_.get("PRICE_PER_HOUR") if given.price is None else given.price,
         flavor_fallback=tuple(f for f in fallback if f),
+        llm_runtime=given.llm_runtime or vars_.get("LLM_RUNTIME"),
     )
 
 
@@ -163,6 +184,13 @@ def check_price(price: str | None) -> str | None:
     if not math.isfinite(value) or value < 0:
         raise _refuse(f"--price-per-hour {price}: not a price (a number, 0 or more, e.g. 1.25)")
     return price
+
+
+def check_llm_runtime(runtime: str | None) -> str | None:
+    """LLM_RUNTIME as given when it is one of none, ollama and llamacpp; None: not given."""
+    if runtime is not None and runtime not in LLM_RUNTIMES:
+        raise _refuse(f"--llm-runtime {runtime}: not an LLM runtime (choices: {', '.join(LLM_RUNTIMES)})")
+    return runtime
 
 
 def _required(option: str, value: str | None, choices: list[str]) -> str:
@@ -378,7 +406,8 @@ def make_key(key: Path) -> None:
 
 
 def write(checked: Checked) -> list[Path]:
-    """The key (when asked for), gpu-rent.vars, then .env: the files written, in that order."""
+    """The key (when asked for), gpu-rent.vars, .env, then a starter ollama-models.yaml (with an LLM runtime, when
+    the project has none): the files written, in that order."""
     a = checked.answers
     vars_path = a.project / VARS_FILE
     values = {
@@ -387,6 +416,8 @@ def write(checked: Checked) -> list[Path]:
     }  # fmt: skip
     if a.operator_cidr:  # over `# OPERATOR_CIDR=auto`, as the example has it; None leaves the line as it is
         values["OPERATOR_CIDR"] = a.operator_cidr
+    if a.llm_runtime:  # over `# LLM_RUNTIME=none`; None (not given, none in the project) leaves the line as it is
+        values["LLM_RUNTIME"] = a.llm_runtime
     settings = checked_settings(a.settings)
     renaming = _renames_a_rental(a.project, settings)
     if renaming:
@@ -404,7 +435,13 @@ def write(checked: Checked) -> list[Path]:
     env["GPU_RENT_SSH_KEY"] = str(a.key)
     env_path = a.project / ENV_FILE
     write_atomically(env_path, env_text(a.project, env, drop), 0o600)
-    return [*written, vars_path, env_path]
+    written += [vars_path, env_path]
+    models_path = a.project / llm_models.MODELS_FILE
+    # never over a file of the user's (nor a link, even a broken one)
+    if a.llm_runtime in llm_models.RUNTIMES and not os.path.lexists(models_path):
+        write_atomically(models_path, MODELS_STARTER, 0o644)
+        written.append(models_path)
+    return written
 
 
 def checked_settings(settings: tuple[str, ...]) -> dict[str, str | None]:
@@ -457,6 +494,7 @@ def _renames_a_rental(project: Path, values: dict[str, str | None]) -> str | Non
 def prepared(given: Answers) -> Answers:
     """The given options, the project folder made absolute, over what the project already has."""
     checked_settings(given.settings)  # a mistyped --set is told before anything is asked
+    check_llm_runtime(given.llm_runtime)
     return merged(replace(given, project=given.project.expanduser().resolve()))
 
 

@@ -149,6 +149,7 @@ def first_setup(project: Path, clouds: Path) -> tuple[int, str, dict[str, str]]:
     lists["key"] = term.answer(KEY, "new")
     term.answer(ADDRESS, "127.0.0.1")  # refused: this machine as it sees itself
     lists["address"] = term.answer(ADDRESS, "10.231.7.1")
+    lists["llm"] = term.answer(PICK, "")  # the LLM runtime, asked last: Enter takes none
     code, shown = term.end()
     return code, shown, lists
 
@@ -179,6 +180,8 @@ def test_a_walk_through_every_question_writes_a_project_doctor_passes(tmp_path, 
     assert "Your IP address as the cloud's VMs see it, for SSH to the VM (this machine reaches the cloud from " \
            "127.0.0.1, a loopback address; the cloud, at 127.0.0.1, is on a private network too" in address  # fmt: skip
     assert f"\nOPERATOR_CIDR={OPERATOR}\n" in (project / "gpu-rent.vars").read_text()
+    assert "LLM runtime" in lists["llm"] and "\nLLM_RUNTIME=none\n" in (project / "gpu-rent.vars").read_text()
+    assert not (project / "ollama-models.yaml").exists()
     assert f"next: gpu-rent up --project {project}" in " ".join(shown.split())
     assert SECRET not in shown and "Traceback" not in shown
     env = (project / ".env").read_text()
@@ -196,6 +199,7 @@ def test_a_rerun_answered_with_enter_alone_changes_no_byte(tmp_path, clouds):
     questions = [PICK, PICK, PICK, PRICE, FALLBACK, PICK, KEY]
     defaults = [term.answer(question, "").rsplit("\n", 1)[-1] for question in questions]
     address = term.answer(ADDRESS, "")  # the project's address is the default: Enter keeps it
+    llm = term.answer(PICK, "").rsplit("\n", 1)[-1]
     code, shown = term.end()
     assert code == 0, shown
     assert address.endswith(f"[{OPERATOR}]: "), address
@@ -208,6 +212,7 @@ def test_a_rerun_answered_with_enter_alone_changes_no_byte(tmp_path, clouds):
         f"number or name [{IMAGE}]: ",
         f"key [{project / 'id_ed25519'}]: ",
     ]
+    assert llm == "number or name [none]: "
     assert {name: (project / name).read_bytes() for name in files} == files
 
 
@@ -250,6 +255,7 @@ def test_typed_os_values_a_wrong_password_then_the_right_one(tmp_path, clouds):
     term.answer(PICK, IMAGE)
     term.answer(KEY, "new")
     term.answer(ADDRESS, OPERATOR)
+    term.answer(PICK, "ollama")
     code, shown = term.end()
     assert code == 0, shown
     assert "os-values: type the OS_* values" in listed and "app-credential" in listed
@@ -262,5 +268,7 @@ def test_typed_os_values_a_wrong_password_then_the_right_one(tmp_path, clouds):
     env = (project / ".env").read_text()
     assert f"OS_AUTH_URL={auth['auth_url']}\n" in env and "OS_CLOUD" not in env
     assert "\nPRICE_PER_HOUR=0.85\n" in (project / "gpu-rent.vars").read_text()
+    assert "\nLLM_RUNTIME=ollama\n" in (project / "gpu-rent.vars").read_text()
+    assert "ollama: []" in (project / "ollama-models.yaml").read_text()  # the starter: nothing pulled yet
     code, said = doctor(project)
     assert code == 0 and "FAIL" not in said, said

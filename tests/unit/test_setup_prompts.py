@@ -157,7 +157,7 @@ def test_a_default_not_in_the_list_is_no_default():
 
 def test_a_fresh_project_walks_every_question_and_is_checked(tmp_path, clouds):
     project = tmp_path / "p"
-    checked, shown = ask(project, clouds, Script("good", "ru-7a", "gpu.l4.1", "", "", "1", "new"))
+    checked, shown = ask(project, clouds, Script("good", "ru-7a", "gpu.l4.1", "", "", "1", "new", ""))
     a = checked.answers
     assert (a.cloud, a.pool, a.flavor, a.image) == ("good", "ru-7a", "gpu.l4.1", "Debian 12 GPU optimized")
     assert a.key == project / "id_ed25519" and a.new_key and checked.key_to_make == project / "id_ed25519"
@@ -168,7 +168,8 @@ def test_a_fresh_project_walks_every_question_and_is_checked(tmp_path, clouds):
 
 
 def test_non_gpu_flavors_are_never_offered_nor_taken(tmp_path, clouds):
-    checked, shown = ask(tmp_path / "p", clouds, Script("good", "1", "m1.small", "f-small", "2", "", "", "1", "new"))
+    script = Script("good", "1", "m1.small", "f-small", "2", "", "", "1", "new", "")
+    checked, shown = ask(tmp_path / "p", clouds, script)
     flavors = shown.split("GPU flavor")[1].split("Image")[0]
     assert "m1.small" not in flavors.split("error")[0]
     assert "1. gpu.l4.1 (1× L4, 4 vCPU, 16 GB)" in flavors and "2. gpu.a100.1 (1× A100, 8 vCPU, 64 GB)" in flavors
@@ -177,14 +178,14 @@ def test_non_gpu_flavors_are_never_offered_nor_taken(tmp_path, clouds):
 
 
 def test_gpu_images_come_first(tmp_path, clouds):
-    _, shown = ask(tmp_path / "p", clouds, Script("good", "1", "1", "", "", "2", "new"))
+    _, shown = ask(tmp_path / "p", clouds, Script("good", "1", "1", "", "", "2", "new", ""))
     images = shown.split("Image (GPU images first)")[1]
     assert images.index("1. Debian 12 GPU optimized") < images.index("2. Debian 12\n")
 
 
 def test_a_refused_login_is_one_line_and_the_cloud_is_picked_again(tmp_path, clouds):
     login, tried = logins()
-    checked, shown = ask(tmp_path / "p", clouds, Script("wrong", "", "good", "1", "1", "", "", "1", "new"), login)
+    checked, shown = ask(tmp_path / "p", clouds, Script("wrong", "", "good", "1", "1", "", "", "1", "new", ""), login)
     assert tried == ["wrong", "good"]
     assert shown.count("refused the login") == 1
     assert shown.count("Cloud (clouds.yaml: ") == 2  # the list again, to pick another
@@ -219,14 +220,14 @@ def test_pools_with_gpu_flavors_are_marked_when_the_flavors_say(tmp_path, clouds
     zoned = [*FLAVORS, {**FLAVORS[2], "id": "f-l4b", "name": "gpu.l4.2", "extra_specs": {
         "pci_passthrough:alias": "GPU-L4:2", "aggregate_instance_extra_specs:availability_zone": "ru-7b"}}]  # fmt: skip
     login, _ = logins(conn=cloud(flavors=zoned))
-    _, shown = ask(tmp_path / "p", clouds, Script("good", "2", "1", "", "", "1", "new"), login)
+    _, shown = ask(tmp_path / "p", clouds, Script("good", "2", "1", "", "", "1", "new", ""), login)
     assert "Pool (availability zone), * has GPU flavors\n  1. ru-7a\n  2. ru-7b *\n" in shown
-    _, plain = ask(tmp_path / "q", clouds, Script("good", "2", "1", "", "", "1", "new"))
+    _, plain = ask(tmp_path / "q", clouds, Script("good", "2", "1", "", "", "1", "new", ""))
     assert "Pool (availability zone)\n  1. ru-7a\n  2. ru-7b\n" in plain
 
 
 def test_a_missing_key_is_refused_and_asked_again(tmp_path, clouds):
-    script = Script("good", "1", "1", "", "", "1", str(tmp_path / "nope"), "")
+    script = Script("good", "1", "1", "", "", "1", str(tmp_path / "nope"), "", "")
     checked, shown = ask(tmp_path / "p", clouds, script)
     assert "[cyan]\\[new][/]" in script.prompts[6]  # no ~/.ssh/id_ed25519 here: new is the default
     assert f"{tmp_path / 'nope'}: no such key" in shown
@@ -237,13 +238,13 @@ def test_the_usual_key_is_the_default_when_it_is_there(tmp_path, clouds):
     usual = tmp_path / "home" / ".ssh" / "id_ed25519"
     usual.parent.mkdir(parents=True)
     usual.write_text("key")
-    checked, _ = ask(tmp_path / "p", clouds, Script("good", "1", "1", "", "", "1", ""))
+    checked, _ = ask(tmp_path / "p", clouds, Script("good", "1", "1", "", "", "1", "", ""))
     assert checked.answers.key == usual and checked.key_to_make is None and not checked.answers.new_key
 
 
 def written_project(tmp_path: Path, clouds: Path) -> Path:
     project = tmp_path / "p"
-    checked, _ = ask(project, clouds, Script("good", "ru-7b", "gpu.a100.1", "", "", IMAGE, "new"))
+    checked, _ = ask(project, clouds, Script("good", "ru-7b", "gpu.a100.1", "", "", IMAGE, "new", ""))
     setup_wizard.write(checked)
     return project
 
@@ -251,10 +252,10 @@ def written_project(tmp_path: Path, clouds: Path) -> Path:
 def test_a_rerun_offers_the_project_values_and_enter_keeps_them_byte_for_byte(tmp_path, clouds):
     project = written_project(tmp_path, clouds)
     files = {name: (project / name).read_bytes() for name in (".env", "gpu-rent.vars", "id_ed25519")}
-    script = Script("", "", "", "", "", "", "")
+    script = Script("", "", "", "", "", "", "", "")
     checked, _ = ask(project, None, script)  # no clouds.yaml given: .env's OS_CLIENT_CONFIG_FILE
     defaults = [p.split("\\[")[1].split("]")[0] if "\\[" in p else None for p in script.prompts]
-    assert defaults == ["good", "ru-7b", "gpu.a100.1", None, None, IMAGE, str(project / "id_ed25519")]
+    assert defaults == ["good", "ru-7b", "gpu.a100.1", None, None, IMAGE, str(project / "id_ed25519"), "none"]
     assert checked.key_to_make is None
     setup_wizard.write(checked)
     assert {name: (project / name).read_bytes() for name in files} == files
@@ -263,17 +264,18 @@ def test_a_rerun_offers_the_project_values_and_enter_keeps_them_byte_for_byte(tm
 def test_a_rerun_changes_only_what_is_changed(tmp_path, clouds):
     project = written_project(tmp_path, clouds)
     env = (project / ".env").read_bytes()
-    checked, _ = ask(project, None, Script("", "", "gpu.l4.1", "", "", "", ""))
+    checked, _ = ask(project, None, Script("", "", "gpu.l4.1", "", "", "", "", ""))
     setup_wizard.write(checked)
     assert (project / ".env").read_bytes() == env
-    assert setup_wizard.existing_vars(project) == {"POOL": "ru-7b", "FLAVOR": "gpu.l4.1", "IMAGE": IMAGE}
+    assert setup_wizard.existing_vars(project) == {
+        "POOL": "ru-7b", "FLAVOR": "gpu.l4.1", "IMAGE": IMAGE, "LLM_RUNTIME": "none"}  # fmt: skip
 
 
 def test_the_price_is_shown_beside_the_flavor_it_is_the_price_of(tmp_path, clouds):
     project = written_project(tmp_path, clouds)
     with (project / "gpu-rent.vars").open("a") as f:
         f.write("PRICE_PER_HOUR=1.35\n")
-    script = Script("", "", "gpu.l4.1", "", "", "", "")
+    script = Script("", "", "gpu.l4.1", "", "", "", "", "")
     checked, shown = ask(project, None, script)
     assert "gpu.a100.1 (1× A100, 8 vCPU, 64 GB), 1.35/hour" in shown
     assert "gpu.l4.1 (1× L4, 4 vCPU, 16 GB)\n" in shown
@@ -310,7 +312,7 @@ def setup_at_a_terminal(monkeypatch, project: Path, *answers, clouds: Path | Non
 
 def test_the_command_asks_writes_runs_doctor_and_says_what_next(tmp_path, clouds, monkeypatch, capsys, at_a_terminal):
     project = tmp_path / "p"
-    assert setup_at_a_terminal(monkeypatch, project, "good", "1", "1", "", "", "1", "new", clouds=clouds) == 0
+    assert setup_at_a_terminal(monkeypatch, project, "good", "1", "1", "", "", "1", "new", "", clouds=clouds) == 0
     assert f"next: gpu-rent up --project {project}" in capsys.readouterr().out
     assert at_a_terminal == [project]
     assert sorted(p.name for p in project.iterdir()) == [".env", "gpu-rent.vars", "id_ed25519", "id_ed25519.pub"]
@@ -351,8 +353,8 @@ def test_without_a_terminal_it_names_the_non_interactive_form(tmp_path):
 PASSWORD = "s3cret-typed-pw"
 SECRET = "s3cret-app-secret"
 URL = "http://127.0.0.1:9/v3"
-# the questions after the login, answered for a fresh project: pool, flavor, price, fallbacks, image, key
-REST = ("ru-7a", "gpu.l4.1", "", "", "1", "new")
+# the questions after the login, answered for a fresh project: pool, flavor, price, fallbacks, image, key, LLM runtime
+REST = ("ru-7a", "gpu.l4.1", "", "", "1", "new", "")
 
 
 class Hidden:
@@ -481,7 +483,7 @@ def test_a_rerun_offers_the_typed_values_and_enter_keeps_the_password_unseen(tmp
     checked, _, _ = ask_typed(project, Script(*typed_answers(region="RegionOne"), *REST), clouds=clouds)
     setup_wizard.write(checked)
     files = {name: (project / name).read_bytes() for name in (".env", "gpu-rent.vars")}
-    script = Script(*[""] * 14)
+    script = Script(*[""] * 15)
     checked, shown, hidden = ask_typed(project, script, clouds=clouds)
     assert script.prompts[0] == "number or name [cyan]\\[os-values][/]: "
     assert script.prompts[1].endswith(f"[cyan]\\[{URL}][/]: ")
@@ -498,20 +500,20 @@ def test_switching_the_kind_of_login_rewrites_env_cleanly(tmp_path, clouds):
     project = written_project(tmp_path, clouds)  # a clouds.yaml entry
     with (project / ".env").open("a") as f:
         f.write("# my token\nCIVITAI_TOKEN=tok\nOS_CACERT=/etc/ca.pem\n")
-    checked, _, _ = ask_typed(project, Script(*typed_answers(), "", "", "", "", "", ""))
+    checked, _, _ = ask_typed(project, Script(*typed_answers(), "", "", "", "", "", "", ""))
     setup_wizard.write(checked)
     env = (project / ".env").read_text()
     assert "OS_CLOUD" not in env and "OS_CLIENT_CONFIG_FILE" not in env
     assert "# my token\nCIVITAI_TOKEN=tok\nOS_CACERT=/etc/ca.pem\n" in env and "OS_PASSWORD=" in env
     # a password login to an application credential: no user, password or project left beside it
-    checked, _, _ = ask_typed(project, Script("app-credential", "", "cred-1", SECRET, "", "", "", "", "", "", ""))
+    checked, _, _ = ask_typed(project, Script("app-credential", "", "cred-1", SECRET, "", "", "", "", "", "", "", ""))
     setup_wizard.write(checked)
     env = (project / ".env").read_text()
     for gone in ("OS_USERNAME", "OS_PASSWORD", "OS_PROJECT_NAME", "OS_USER_DOMAIN_NAME", "OS_CLOUD"):
         assert gone not in env
     assert f"OS_AUTH_URL={URL}\n" in env and "OS_APPLICATION_CREDENTIAL_ID=cred-1\n" in env
     # and back to the clouds.yaml entry: no OS_* value of the typed login stays
-    checked, _ = ask(project, clouds, Script("good", "", "", "", "", "", ""))
+    checked, _ = ask(project, clouds, Script("good", "", "", "", "", "", "", ""))
     setup_wizard.write(checked)
     env = (project / ".env").read_text()
     assert [line.split("=")[0] for line in env.splitlines() if line.startswith("OS_")] == [
@@ -524,14 +526,14 @@ def test_switching_the_kind_of_login_rewrites_env_cleanly(tmp_path, clouds):
 
 @pytest.mark.parametrize("bad", ["abc", "-1", "inf", "nan", "1,5"])
 def test_a_price_that_is_not_a_number_0_or_more_is_one_line_and_asked_again(tmp_path, clouds, bad):
-    checked, shown = ask(tmp_path / "p", clouds, Script("good", "1", "gpu.l4.1", bad, "1.25", "", "1", "new"))
+    checked, shown = ask(tmp_path / "p", clouds, Script("good", "1", "gpu.l4.1", bad, "1.25", "", "1", "new", ""))
     assert f"{bad}: not a price; a number, 0 or more, e.g. 1.25" in shown
     assert checked.answers.price == "1.25"
 
 
 def test_price_and_fallbacks_are_written_where_the_example_shows_them(tmp_path, clouds):
     project = tmp_path / "p"
-    script = Script("good", "1", "gpu.l4.1", "0.9", "1", "x", "2", "1", "new")
+    script = Script("good", "1", "gpu.l4.1", "0.9", "1", "x", "2", "1", "new", "")
     checked, shown = ask(project, clouds, script)
     assert "price per hour of gpu.l4.1 (Enter to leave unset): " in script.prompts
     assert "1: is the flavor itself" in shown and "x: not in the GPU flavor list" in shown
@@ -543,7 +545,7 @@ def test_price_and_fallbacks_are_written_where_the_example_shows_them(tmp_path, 
     settings = load(project)
     assert settings.price_per_hour == 0.9 and settings.flavors() == ("gpu.l4.1", "gpu.a100.1")
     # a re-run offers both; none unsets them, back to their commented default
-    script = Script("", "", "", "none", "none", "", "")
+    script = Script("", "", "", "none", "none", "", "", "")
     checked, shown = ask(project, None, script)
     assert "price per hour of gpu.l4.1 (none: unset) [cyan]\\[0.9][/]: " in script.prompts
     assert "(numbers or names, none: no fallback) [cyan]\\[gpu.a100.1][/]: " in script.prompts[4]
@@ -555,7 +557,7 @@ def test_price_and_fallbacks_are_written_where_the_example_shows_them(tmp_path, 
 
 def test_one_gpu_flavor_asks_no_fallback(tmp_path, clouds):
     login, _ = logins(conn=cloud(flavors=FLAVORS[:2]))
-    checked, _ = ask(tmp_path / "p", clouds, Script("good", "1", "1", "", "1", "new"), login)
+    checked, _ = ask(tmp_path / "p", clouds, Script("good", "1", "1", "", "1", "new", ""), login)
     assert checked.answers.flavor_fallback == ()
 
 
@@ -567,12 +569,15 @@ ASKED_BEHIND_NAT = (
 )
 
 
-def test_behind_nat_the_public_address_is_asked_last_and_written_over_the_commented_line(tmp_path, clouds, route):
+def test_behind_nat_the_public_address_is_asked_after_the_key_and_written_over_the_commented_line(
+    tmp_path, clouds, route
+):
     route[:] = NAT_ROUTE
     project = tmp_path / "p"
-    script = Script("good", "1", "1", "", "", "1", "new", "192.168.1.20", "", "127.0.0.1", "0.0.0.0/0", "81.2.69.142")
+    addresses = ("192.168.1.20", "", "127.0.0.1", "0.0.0.0/0", "81.2.69.142")
+    script = Script("good", "1", "1", "", "", "1", "new", *addresses, "")
     checked, shown = ask(project, clouds, script)
-    assert script.prompts[-1] == ASKED_BEHIND_NAT
+    assert script.prompts[-2] == ASKED_BEHIND_NAT  # the LLM runtime is the last question
     refused = [line for line in shown.splitlines() if line.startswith("error:")]
     assert [line.split(":")[1].strip() for line in refused] == ["192.168.1.20", "an address is required", "127.0.0.1",
                                                                  "0.0.0.0/0"]  # fmt: skip
@@ -585,16 +590,16 @@ def test_behind_nat_the_public_address_is_asked_last_and_written_over_the_commen
     assert load(project).operator_cidr == "81.2.69.142/32"
     # a re-run offers the project's address; Enter keeps the file as it is
     files = {name: (project / name).read_bytes() for name in (".env", "gpu-rent.vars")}
-    script = Script(*[""] * 8)
+    script = Script(*[""] * 9)
     checked, _ = ask(project, None, script)
-    assert script.prompts[-1] == ASKED_BEHIND_NAT.replace("): ", ") [cyan]\\[81.2.69.142/32][/]: ")
+    assert script.prompts[-2] == ASKED_BEHIND_NAT.replace("): ", ") [cyan]\\[81.2.69.142/32][/]: ")
     setup_wizard.write(checked)
     assert {name: (project / name).read_bytes() for name in files} == files
 
 
 def test_where_auto_resolves_nothing_is_asked_and_the_line_stays(tmp_path, clouds):
     project = tmp_path / "p"
-    checked, _ = ask(project, clouds, script := Script("good", "1", "1", "", "", "1", "new"))
+    checked, _ = ask(project, clouds, script := Script("good", "1", "1", "", "", "1", "new", ""))
     assert not any("IP address" in prompt for prompt in script.prompts)
     setup_wizard.write(checked)
     assert "\n# OPERATOR_CIDR=auto\n" in (project / "gpu-rent.vars").read_text()
@@ -602,11 +607,60 @@ def test_where_auto_resolves_nothing_is_asked_and_the_line_stays(tmp_path, cloud
 
 def test_on_a_private_cloud_a_private_address_is_taken_a_loopback_one_not(tmp_path, clouds, route):
     route[:] = GROUND_ROUTE
-    script = Script("good", "1", "1", "", "", "1", "new", "127.0.0.1", "10.231.7.1")
+    script = Script("good", "1", "1", "", "", "1", "new", "127.0.0.1", "10.231.7.1", "")
     checked, shown = ask(tmp_path / "p", clouds, script)
-    assert "127.0.0.1, a loopback address; the cloud, at 127.0.0.1, is on a private network too" in script.prompts[-1]
+    assert "127.0.0.1, a loopback address; the cloud, at 127.0.0.1, is on a private network too" in script.prompts[-2]
     assert "127.0.0.1: a loopback address" in shown
     assert checked.answers.operator_cidr == "10.231.7.1/32"
+
+
+# ---------------------------------------------------------------------------------------------- LLM_RUNTIME
+
+RUNTIMES_LISTED = (
+    "LLM runtime beside SwarmUI on the VM's GPU (LLM_RUNTIME)\n  1. none: SwarmUI alone on the GPU\n"
+    "  2. ollama: Ollama, installed by up; its models listed in ollama-models.yaml\n"
+    "  3. llamacpp: llama.cpp's llama-server, models in ollama-models.yaml (up does not install it yet)\n"
+)
+
+
+def test_the_llm_runtime_is_asked_last_none_by_default_and_a_starter_models_file_written(tmp_path, clouds):
+    project = tmp_path / "p"
+    script = Script("good", "1", "1", "", "", "1", "new", "vllm", "ollama")
+    checked, shown = ask(project, clouds, script)
+    assert RUNTIMES_LISTED in shown and shown.rstrip().endswith("vllm: not in the list; a number from 1 to 3, or a "
+                                                                "name from it")  # fmt: skip
+    assert script.prompts[-2:] == ["number or name [cyan]\\[none][/]: "] * 2
+    assert checked.answers.llm_runtime == "ollama"
+    written = setup_wizard.write(checked)
+    assert written[-1] == project / "ollama-models.yaml"
+    assert (project / "ollama-models.yaml").read_text() == setup_wizard.MODELS_STARTER
+    settings = load(project)
+    assert (settings.llm_runtime, settings.llm_models) == ("ollama", [])
+    # a re-run offers the project's runtime; a number picks from the list, the models file stays as it is
+    (project / "ollama-models.yaml").write_text("ollama:\n  - qwen3:4b\n")
+    script = Script(*[""] * 7, "3")
+    checked, _ = ask(project, None, script)
+    assert script.prompts[-1] == "number or name [cyan]\\[ollama][/]: "
+    assert setup_wizard.write(checked)[-1] == project / ".env"
+    assert (project / "ollama-models.yaml").read_text() == "ollama:\n  - qwen3:4b\n"
+    assert load(project).llm_runtime == "llamacpp"
+
+
+def test_llm_runtime_given_is_the_default(tmp_path, clouds):
+    script = Script("good", "1", "1", "", "", "1", "new", "")
+    checked, _ = ask(tmp_path / "p", clouds, script, llm_runtime="llamacpp")
+    assert script.prompts[-1] == "number or name [cyan]\\[llamacpp][/]: "
+    assert checked.answers.llm_runtime == "llamacpp"
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), EOFError()])
+def test_ctrl_c_or_d_at_the_llm_runtime_writes_nothing(tmp_path, clouds, monkeypatch, capsys, at_a_terminal, stop):
+    project = tmp_path / "p"
+    answers = ("good", "1", "1", "", "", "1", "new", stop)
+    assert setup_at_a_terminal(monkeypatch, project, *answers, clouds=clouds) == 130
+    shown = capsys.readouterr()
+    assert "LLM runtime beside SwarmUI" in shown.out and "canceled: nothing written" in shown.err
+    assert not project.exists() and at_a_terminal == []
 
 
 # ---------------------------------------------------------------------------------------------- the command, typed

@@ -1,5 +1,6 @@
 """gpu-rent setup without a cloud: option errors, the files it writes, and what a re-run keeps."""
 
+import ipaddress
 import re
 import stat
 import subprocess
@@ -8,11 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent import setup_login, setup_wizard
+from gpu_rent import cli, config, llm_models, setup_login, setup_wizard
 from gpu_rent.atomic import write_atomically
 from gpu_rent.cli import app
 from gpu_rent.config import ConfigError
 from gpu_rent.setup_wizard import Answers
+from tests.unit.test_setup_prompts import IMAGE, PUBLIC_ROUTE, cloud
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu-rent.vars"
@@ -317,6 +319,7 @@ def test_a_rerun_keeps_the_price_and_fallbacks_unless_given(tmp_path):
         ("DATA_VOLUMES_GB=5", "--set unknown key DATA_VOLUMES_GB (did you mean DATA_VOLUME_GB?)"),
         ("FLAVOR=gpu.l4.1", "--set FLAVOR: setup asks for FLAVOR itself; use --flavor"),
         ("IDLE_MINUTES", "--set IDLE_MINUTES: expected KEY=VALUE"),
+        ("LLM_RUNTIME=ollama", "--set LLM_RUNTIME: setup asks for LLM_RUNTIME itself; use --llm-runtime"),
     ],
 )
 def test_a_bad_set_is_one_line_exit_2_before_anything_is_asked(tmp_path, clouds, given, said):
@@ -359,17 +362,18 @@ def test_a_command_with_quotes_inside_is_written_as_given():
     assert setup_wizard.checked_settings(('KEEP_ALIVE_COMMAND="a" && "b"',)) == {"KEEP_ALIVE_COMMAND": '"a" && "b"'}
 
 
-def _checked(project: Path, *settings: str) -> setup_wizard.Checked:
+def _checked(project: Path, *settings: str, llm_runtime: str | None = None) -> setup_wizard.Checked:
     key = project / "id_ed25519"
-    answers = Answers(project, cloud="c", pool="p", flavor="f", image="i", key=key, settings=settings)
+    answers = Answers(project, cloud="c", pool="p", flavor="f", image="i", key=key, settings=settings,
+                      llm_runtime=llm_runtime)  # fmt: skip
     return setup_wizard.Checked(answers, None, None, None)
 
 
 def test_keys_that_clash_with_each_other_write_nothing(tmp_path):
     project = tmp_path / "p"
     with pytest.raises(ConfigError, match="LLM_LOCAL_PORT=17801 is LOCAL_PORT too"):
-        setup_wizard.write(_checked(project, "LLM_RUNTIME=ollama", "LLM_LOCAL_PORT=17801"))
-    assert not project.exists()
+        setup_wizard.write(_checked(project, "LLM_LOCAL_PORT=17801", llm_runtime="ollama"))
+    assert not project.exists()  # nor the starter ollama-models.yaml
 
 
 def test_a_project_with_cloud_resources_keeps_its_name(tmp_path):
@@ -379,3 +383,103 @@ def test_a_project_with_cloud_resources_keeps_its_name(tmp_path):
     with pytest.raises(ConfigError, match="--set NAME: this project has cloud resources"):
         setup_wizard.write(_checked(project, "NAME=other"))
     assert not (project / "gpu-rent.vars").exists()
+
+
+# ---------------------------------------------------------------------------------------------- LLM_RUNTIME
+
+
+@pytest.fixture
+def stand_in(tmp_path, clouds, monkeypatch) -> list:
+    """setup on a stand-in cloud that accepts the login, its route public (OPERATOR_CIDR=auto resolves, nothing
+    asked), doctor left out: the projects doctor would have run on."""
+    monkeypatch.setattr(setup_login, "login", lambda auth: cloud())
+    monkeypatch.setattr(config, "route_to", lambda host: tuple(ipaddress.ip_address(a) for a in PUBLIC_ROUTE))
+    doctored = []
+    monkeypatch.setattr(cli, "doctor", doctored.append)
+    (tmp_path / "key").write_text("key")
+    return doctored
+
+
+def setup_on_stand_in(tmp_path: Path, *args: str, folder: str = "p"):
+    """gpu-rent setup --non-interactive in tmp_path/folder, every other answer one the stand-in cloud has."""
+    given = ["--cloud", "test", "--clouds-yaml", str(tmp_path / "clouds.yaml"), "--key", str(tmp_path / "key")]
+    cloud_answers = ["--pool", "ru-7a", "--flavor", "gpu.l4.1", "--image", IMAGE]
+    return setup(tmp_path / folder, "--non-interactive", *given, *cloud_answers, *args)
+
+
+def _files(project: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(project.iterdir())}
+
+
+@pytest.mark.parametrize("runtime", ["ollama", "llamacpp"])
+def test_an_llm_runtime_is_written_with_a_starter_models_file_that_lists_none(tmp_path, stand_in, runtime):
+    project = tmp_path / "p"
+    result = setup_on_stand_in(tmp_path, "--llm-runtime", runtime)
+    assert result.exit_code == 0, result.output
+    text = (project / "gpu-rent.vars").read_text()
+    assert f"\nLLM_RUNTIME={runtime}\n" in text and "# LLM_RUNTIME=" not in text  # over the commented default
+    models = project / llm_models.MODELS_FILE
+    assert models.read_text() == setup_wizard.MODELS_STARTER
+    assert stat.S_IMODE(models.stat().st_mode) == 0o644
+    assert str(models) in result.output.split("wrote ")[1].split("\n")[0].split(", ")  # among the files written
+    settings = config.load(project, with_cloud=False)
+    assert (settings.llm_runtime, settings.llm_models) == (runtime, [])
+    assert llm_models.load(project, "ollama") == llm_models.load(project, "llamacpp") == []
+    assert stand_in == [project]
+
+
+def test_the_starter_models_file_shows_examples_that_load_once_uncommented(tmp_path):
+    text = setup_wizard.MODELS_STARTER
+    assert "\n#   - llama3.2:1b" in text and "\n#   - name: qwen3:4b\n#     digest: sha256:" in text
+    assert "does not install\n# llama.cpp yet" in text
+    # each part's commented lines switched on, the placeholders filled: what a user gets by uncommenting
+    on = re.sub(r"(?m)^(ollama|llamacpp): \[\]$", r"\1:", text)
+    on = re.sub(r"(?m)^#(   .*)$", r"\1", on).replace("<64 hex digits>", "ab" * 32).replace("<repo>", "o/r")
+    (tmp_path / llm_models.MODELS_FILE).write_text(on)
+    assert llm_models.load(tmp_path, "ollama") == [
+        {"name": "llama3.2:1b", "digest": None, "insecure": False},
+        {"name": "qwen3:4b", "digest": "sha256:" + "ab" * 32, "insecure": False},
+    ]
+    assert [m["name"] for m in llm_models.load(tmp_path, "llamacpp")] == ["model-Q4_K_M.gguf"]
+
+
+def test_an_existing_models_file_is_kept_byte_for_byte(tmp_path, stand_in):
+    project = tmp_path / "p"
+    project.mkdir()
+    mine = b"# my models\nollama:\n  - qwen3:4b   # the one I use\n"
+    (project / llm_models.MODELS_FILE).write_bytes(mine)
+    result = setup_on_stand_in(tmp_path, "--llm-runtime", "ollama")
+    assert result.exit_code == 0, result.output
+    assert (project / llm_models.MODELS_FILE).read_bytes() == mine
+    assert llm_models.MODELS_FILE not in result.output
+    assert [m["name"] for m in config.load(project, with_cloud=False).llm_models] == ["qwen3:4b"]
+
+
+def test_an_unknown_llm_runtime_is_one_line_exit_2_and_nothing_written(tmp_path, stand_in):
+    assert setup_on_stand_in(tmp_path, "--llm-runtime", "ollama").exit_code == 0  # a project to keep as it is
+    project = tmp_path / "p"
+    before = _files(project)
+    result = setup_on_stand_in(tmp_path, "--llm-runtime", "vllm", "--flavor", "gpu.a100.1")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: setup: --llm-runtime vllm: not an LLM runtime (choices: none, ollama, llamacpp)"
+    )
+    assert _files(project) == before and stand_in == [project]  # doctor ran for the first run only
+
+
+def test_without_the_option_the_projects_llm_runtime_stays(tmp_path, stand_in):
+    project = tmp_path / "p"
+    assert setup_on_stand_in(tmp_path, "--llm-runtime", "llamacpp").exit_code == 0
+    result = setup_on_stand_in(tmp_path, "--flavor", "gpu.a100.1")
+    assert result.exit_code == 0, result.output
+    settings = config.load(project, with_cloud=False)
+    assert (settings.flavor, settings.llm_runtime) == ("gpu.a100.1", "llamacpp")
+    # none, given, is written too
+    assert setup_on_stand_in(tmp_path, "--llm-runtime", "none").exit_code == 0
+    assert "\nLLM_RUNTIME=none\n" in (project / "gpu-rent.vars").read_text()
+    # a project without LLM_RUNTIME, nor the option: the commented default stays, no models file beside it
+    other = tmp_path / "q"
+    result = setup_on_stand_in(tmp_path, folder="q")
+    assert result.exit_code == 0, result.output
+    assert "\n# LLM_RUNTIME=none\n" in (other / "gpu-rent.vars").read_text()
+    assert sorted(p.name for p in other.iterdir()) == [".env", "gpu-rent.vars"]

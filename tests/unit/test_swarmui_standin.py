@@ -460,8 +460,14 @@ def test_comfyui_processes_end_with_the_server(tmp_path):
 def test_comfyui_queue_and_prompt_shapes_and_the_swarmui_hook_that_fills_them(swarm):
     running_on(swarm, swarm.comfy_port)
     assert _comfy_get(swarm.comfy_port, "/queue") == {"queue_running": [], "queue_pending": []}
-    swarm.post("/StandinTest/ComfyQueue", {"session_id": swarm.session, "count": 3, "seconds": 5})
-    queue = _comfy_get(swarm.comfy_port, "/queue")
+    sent = swarm.post("/StandinTest/ComfyQueue", {"session_id": swarm.session, "count": 3, "seconds": 5})
+    assert sent.get("success") is True, sent
+    # ComfyUI's prompt worker takes the first one from pending in a thread of its own (main.py prompt_worker):
+    # for a moment after the POST all three wait, longer on a loaded machine
+    queue = wait_for(
+        lambda: (q := _comfy_get(swarm.comfy_port, "/queue"))["queue_running"] and q,
+        seen=lambda: _comfy_get(swarm.comfy_port, "/queue"),
+    )
     assert len(queue["queue_running"]) == 1 and len(queue["queue_pending"]) == 2
     assert [len(item) for item in queue["queue_running"] + queue["queue_pending"]] == [5, 5, 5]
     assert _comfy_get(swarm.comfy_port, "/prompt") == {"exec_info": {"queue_remaining": 3}}
