@@ -108,9 +108,11 @@ def test_a_second_up_pulls_nothing(rental):
     assert http(f"{rental.llm_url}/api/tags")["models"][0]["name"] == rental.served["model"]
 
 
-def test_a_pull_cut_short_by_ollama_s_end_resumes_where_it_stopped(rental):
-    """The model removed, then pulled by seed-llm slowly; Ollama is killed midway (systemd brings it back):
-    the pull goes on from the bytes it had, so the blob is not fetched twice."""
+def test_a_pull_cut_short_resumes_where_it_stopped(rental):
+    """The model removed, then pulled by seed-llm slowly; the pull is cut midway (its client on the VM killed,
+    as when the run that started it dies): that seed-llm fails naming the model, Ollama keeps what came
+    (server/download.go writes the part's progress when its copy is canceled), and the next one asks the
+    registry from there on. (A SIGKILLed Ollama itself keeps only finished parts of 100 MB or more, as upstream.)"""
     model, size = rental.served["model"], rental.served["size"]
     http(f"{rental.llm_url}/api/delete", "DELETE", {"model": model})
     assert http(f"{rental.llm_url}/api/tags")["models"] == []
@@ -121,13 +123,15 @@ def test_a_pull_cut_short_by_ollama_s_end_resumes_where_it_stopped(rental):
     try:
         partial = "find /mnt/swarm_data/ollama/blobs -name '*-partial' -size +1000k | head -1"
         wait_until("a partial blob past 1 MB", lambda: ssh(rental.address, partial).stdout.strip(), 120, 1)
-        killed = ssh(rental.address, "systemctl kill -s KILL ollama")
+        killed = ssh(rental.address, "pkill -KILL -f 'llm_pull.py pull'")
         assert killed.returncode == 0, killed.stderr
         out, err = seeding.communicate(timeout=600)
     finally:
         seeding.kill()
         rental.registry("/standin/throttle", {"bytes_per_second": 0})
-    assert seeding.returncode == 0, out[-3000:] + err[-3000:]
+    assert seeding.returncode != 0 and model in out + err, out[-3000:] + err[-3000:]
+    again = gpu_rent(rental.project, "seed-llm")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert [m["name"] for m in http(f"{rental.llm_url}/api/tags")["models"]] == [model]
     after = [r for r in rental.registry("/standin/stats")["requests"][seen:] if r["path"].startswith("/cdn/blobs/")]
     resumed = [
