@@ -281,7 +281,10 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "LLM_RUNTIME": _matching(r"none|ollama|llamacpp", "is none of none, ollama, llamacpp"),
     "LLM_LOCAL_PORT": _whole(1, 65535),
     "LLM_REMOTE_PORT": _whole(1, 65535),
-    "LLM_RELEASE_URL": _matching(r"https?://[^\s/]+/\S*\.tar\.zst", "is not an https or http URL of a .tar.zst"),
+    # no user:secret@ in it: the URL shows in the playbook's output and in the VM's install stamp
+    "LLM_RELEASE_URL": _matching(
+        r"https?://[^\s/@]+/\S*\.tar\.zst", "is not an https or http URL of a .tar.zst (and no user@ in it)"
+    ),
     "PULL_OUTPUT": _bool,
     "KEEP_FLOATING_IP": _bool,
     "PUSH_FOLDERS": _push_folders,
@@ -358,8 +361,13 @@ def value_problem(key: str, raw: str) -> str | None:
     try:
         _PARSERS[key](value)
     except _Bad as bad:
-        return f"{key}={value} {bad} ({spec.kind})"
+        return f"{key}={_shown(value)} {bad} ({spec.kind})"
     return None
+
+
+def _shown(value: str) -> str:
+    """A refused value as an error line may show it: a URL's user:secret@ never (the line may be logged)."""
+    return re.sub(r"(://)[^/\s@]*@", r"\1***@", value)
 
 
 def check_vars_text(text: str) -> None:
@@ -393,7 +401,7 @@ def _values_of(found: dict[str, tuple[str, int]]) -> dict[str, Any]:
         try:
             values[key] = _PARSERS[key](raw)
         except _Bad as bad:
-            raise ConfigError(VARS_FILE, f"{key}={raw} {bad} ({spec.kind})", line=line, key=key) from None
+            raise ConfigError(VARS_FILE, f"{key}={_shown(raw)} {bad} ({spec.kind})", line=line, key=key) from None
     _ports_apart(values, found)
     return values
 

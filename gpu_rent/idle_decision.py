@@ -148,7 +148,9 @@ def _minutes(seconds: float) -> str:
 
 def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
     now = seen.now
-    before, memory = memory.llm_seen, replace(memory, llm_seen=_llm_ends(seen))
+    before = memory.llm_seen
+    # a look that failed tells nothing of the ends: the next good one compares with the last one seen
+    memory = replace(memory, llm_seen=before if seen.llm is not None and seen.llm.error else _llm_ends(seen))
 
     def keep(reason: str, **changes) -> Decision:
         # anything that keeps the VM for a reason of its own restarts the empty-queue clock
@@ -165,7 +167,7 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         more = f" and {len(seen.downloads) - 1} more" if len(seen.downloads) > 1 else ""
         return keep(f"download of {seen.downloads[0]}{more}")
 
-    trouble = _trouble(seen, limits)
+    trouble = _trouble(seen, limits, before)
     work = _work(seen, limits, before)
     if work:  # work seen is work done: whatever is wrong besides, the cap counts from when it ends
         return keep(f"{work}; {trouble}" if trouble else work, troubled_since=None)
@@ -218,12 +220,12 @@ def paid_hour_end(moment: float, limits: Limits) -> float | None:
     return None
 
 
-def _trouble(seen: Observation, limits: Limits) -> str | None:
+def _trouble(seen: Observation, limits: Limits, llm_before: dict | None = None) -> str | None:
     """What keeps the killer from seeing the VM's work, in words; None when nothing does."""
     found = [_swarm_trouble(seen)]
     if _gpu_unreadable(seen, limits):  # a driver and library of two versions: a job may still run
         found.append(f"GPU not read ({_line(seen.gpu_error or 'no reading')})")
-    found.append(_llm_trouble(seen))
+    found.append(_llm_trouble(seen, limits, llm_before or {}))
     if seen.keep_alive_error:
         found.append(f"KEEP_ALIVE_COMMAND {_line(seen.keep_alive_error)}")
     return "; ".join(t for t in found if t) or None
@@ -309,13 +311,22 @@ def _llm_ends(seen: Observation) -> dict:
 
 def _llm_used(name: str, ends: float | None, seen: Observation, limits: Limits, before: dict) -> bool:
     """A loaded model is work while its keep-alive is no longer than IDLE_MINUTES (Ollama's 5 min), while a
-    request runs (its end passed), and at the tick its end moved (a request came: sched.go sets the end
-    anew when one finishes). A longer keep-alive a client asked for (e.g. "24h") is not work by itself:
-    unused, the model would hold the VM for the whole of it."""
+    request runs past its end, and at the tick its end moved (a request ended: sched.go sets the end anew
+    then). A longer keep-alive a client asked for (e.g. "24h") that did not move is no work by itself:
+    _llm_trouble counts it, capped, since a request running on it moves nothing until it ends."""
     if ends is None or ends <= seen.now or ends - seen.now <= limits.idle_seconds:
         return True
     last = before.get(name)
-    return not isinstance(last, int | float) or ends > last + 1
+    return not isinstance(last, int | float) or abs(ends - last) > 1
+
+
+def _llm_unseen(seen: Observation, limits: Limits, before: dict) -> list[tuple[str, float]]:
+    """Models kept loaded longer than IDLE_MINUTES whose end did not move: used or not, nothing tells."""
+    return [
+        (name, ends)
+        for name, ends in _llm_models(seen)[0]
+        if ends is not None and not _llm_used(name, ends, seen, limits, before)
+    ]
 
 
 def _llm_work(seen: Observation, limits: Limits, before: dict) -> str | None:
@@ -351,7 +362,7 @@ def _llm_rank(ends: float | None, now: float) -> tuple[int, float]:
     return (0, 0.0) if ends <= now else (1, -ends)
 
 
-def _llm_trouble(seen: Observation) -> str | None:
+def _llm_trouble(seen: Observation, limits: Limits, before: dict) -> str | None:
     """An LLM runtime that runs but cannot tell whether it works."""
     llm = seen.llm
     if llm is None:
@@ -362,23 +373,23 @@ def _llm_trouble(seen: Observation) -> str | None:
     _told, forever = _llm_models(seen)
     if forever:
         return f"LLM runtime: model {_line(forever[0])} kept loaded for ever (keep_alive -1), its use unseen"
+    unseen = _llm_unseen(seen, limits, before)
+    if unseen:
+        name, ends = max(unseen, key=lambda model: model[1])
+        left = _minutes(ends - seen.now)
+        return f"LLM runtime: model {_line(name)} kept loaded {left} more and no request ended since, its use unseen"
     return None
 
 
 def _quiet_llm(seen: Observation) -> str | None:
     """What an idle tick knows of the LLM runtime: 'no Ollama model loaded', or why it was not read."""
     llm = seen.llm
-    if llm is None or llm.silent or _llm_models(seen)[1]:  # trouble says it
+    if llm is None or llm.silent or any(_llm_models(seen)):  # a model loaded on an idle tick: trouble says it
         return None
     name = LLM_NAMES.get(llm.runtime, llm.runtime)
     if llm.error:  # nothing listens, or the route is off: it can run nothing, or its work cannot be seen
         return f"{name} not read ({_line(llm.error)})"
     if llm.runtime == "ollama":
-        told = _llm_models(seen)[0]
-        if told:  # loaded with a keep-alive longer than IDLE_MINUTES, and no request since the last tick
-            name, ends = max(told, key=lambda model: model[1] or 0)
-            left = _minutes((ends or seen.now) - seen.now)
-            return f"Ollama model {_line(name)} loaded but unused (keep-alive {left} more)"
         return "no Ollama model loaded"
     return "no llama.cpp slot processing" if llm.slots is not None else "no llama.cpp request"
 

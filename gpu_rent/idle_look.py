@@ -62,6 +62,10 @@ def _post_json(url: str, body: dict, timeout: float = HTTP_TIMEOUT) -> dict:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
             answer = json.loads(reply.read() or b"{}")
+    except http.client.HTTPException as e:  # no OSError: a SwarmUI restarting cut its answer short
+        if isinstance(e, OSError):
+            raise
+        raise ValueError(f"not an HTTP answer ({type(e).__name__})") from None
     except urllib.error.HTTPError as e:
         if not 400 <= e.code < 500:
             raise
@@ -196,8 +200,8 @@ def comfy_queues(ports: tuple[int, ...]) -> list[dict]:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/prompt", timeout=COMFY_TIMEOUT) as reply:
                 answer = json.loads(reply.read())
             queue = int(answer["exec_info"]["queue_remaining"])
-        except (OSError, ValueError, TypeError, KeyError):
-            pass
+        except (OSError, ValueError, TypeError, KeyError, http.client.HTTPException):
+            pass  # a ComfyUI restarting may cut its answer short (IncompleteRead, BadStatusLine)
         found.append({"port": port, "queue": queue})
     return found
 

@@ -226,7 +226,8 @@ def _ollama(where: str, raw: Any, line: int) -> dict:
     if not isinstance(insecure, bool):
         raise ModelsFileError(f"{where}: insecure must be true or false", line=_line_of(entry, "insecure"))
     # plain HTTP only to a registry the entry names itself: never to Ollama's own, by a slip of the pen
-    if insecure and (entry["name"].count("/") < 2 or ollama_name_parts(entry["name"])["host"] == _OLLAMA_DEFAULTS[0]):
+    host = ollama_name_parts(entry["name"])["host"].lower().rsplit(":", 1)[0]  # a port is no other registry
+    if insecure and (entry["name"].count("/") < 2 or host in (_OLLAMA_DEFAULTS[0], "ollama.com")):
         raise ModelsFileError(
             f"{where}: insecure: true needs a registry host of your own in the name (host:port/namespace/model:tag)",
             line=_line_of(entry, "insecure"),

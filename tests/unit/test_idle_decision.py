@@ -589,21 +589,34 @@ def test_with_the_llm_signal_off_the_runtime_is_neither_work_nor_named():
     assert decision.action == DELETE and "LLM" not in decision.reason and "Ollama" not in decision.reason
 
 
-def test_a_keep_alive_longer_than_idle_minutes_is_work_only_when_a_request_moved_it():
-    """A client's keep_alive "24h" must not hold an unused VM for a day: after the request that set it, the
-    model is loaded but idle; a later request moves its end (sched.go) and is work again."""
+def test_a_keep_alive_longer_than_idle_minutes_is_work_when_it_moves_else_capped_trouble():
+    """A client's keep_alive "24h" must not hold an unused VM for a day, nor let the VM go under a request
+    that runs on it (sched.go moves the end only when a request ends): after the request that set it, the
+    model's use is unseen, trouble counted as busy up to the cap; a request that ended since (the end moved,
+    later or earlier) is work again."""
     day = 24 * 60 * MIN
     asked = ollama(("llama3.2:1b", LATE + day))  # a request just ended, with keep_alive 24h
-    again = ollama(("llama3.2:1b", LATE + 20 * MIN + day))  # another one, 20 min later
-    first, unused, used, then_unused, end = run(
+    again = ollama(("llama3.2:1b", LATE + 20 * MIN + 60 * MIN))  # another, 20 min later, with keep_alive 1h
+    first, unused, used, then_unused = run(
         [seen(LATE, **asked), seen(LATE + MIN, **asked), seen(LATE + 20 * MIN, **again),
-         seen(LATE + 21 * MIN, **again), seen(LATE + 50 * MIN, **again)]
+         seen(LATE + 21 * MIN, **again)]
     )  # fmt: skip
     assert first.action == KEEP and first.reason.startswith("LLM runtime: model llama3.2:1b loaded")
-    assert (
-        unused.reason
-        == "queue empty, Ollama model llama3.2:1b loaded but unused (keep-alive 1439 min more), idle for 0 min"
-    )
-    assert used.action == KEEP and used.memory.idle_since is None
-    assert then_unused.fires_at == LATE + 51 * MIN  # IDLE_MINUTES after the tick that saw the last request
-    assert end.action == KEEP and run([*(seen(LATE + m * MIN, **again) for m in (20, 21, 51))])[-1].action == DELETE
+    said = "LLM runtime: model llama3.2:1b kept loaded 1439 min more and no request ended since, its use unseen"
+    assert unused.action == KEEP and unused.reason == f"{said}: counted as busy for 60 min more"
+    assert used.action == KEEP and used.memory.troubled_since is None  # an earlier end is a move too
+    assert then_unused.memory.troubled_since == LATE + 21 * MIN
+    # never for the whole keep-alive: the cap, then IDLE_MINUTES
+    ticks = run([seen(LATE + m * MIN, **asked) for m in (0, 1, 60, 61, 90, 91)])
+    assert [t.action for t in ticks] == [KEEP, KEEP, KEEP, KEEP, KEEP, DELETE]
+    assert "no Ollama model loaded" not in ticks[-1].reason and "its use unseen" in ticks[-1].reason
+
+
+def test_a_failed_look_at_ollama_keeps_the_ends_it_saw():
+    """A timeout every other tick must not make each good read look like a new request."""
+    day = 24 * 60 * MIN
+    asked = ollama(("llama3.2:1b", LATE + day))
+    failed = {"llm": LlmLook("ollama", error="timed out", silent=True)}
+    ticks = run([seen(LATE, **asked), seen(LATE + MIN, **failed), seen(LATE + 2 * MIN, **asked)])
+    assert ticks[1].memory.llm_seen == {"llama3.2:1b": LATE + day}
+    assert "its use unseen" in ticks[2].reason

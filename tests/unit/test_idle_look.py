@@ -384,10 +384,9 @@ def test_nothing_listening_is_not_silent_it_can_run_nothing():
     assert look.error == "[Errno 111] Connection refused" and look.silent is False and look.models == ()
 
 
-@pytest.mark.parametrize("kind", ["ollama", "llamacpp"])
-def test_a_port_that_does_not_speak_http_is_silent_trouble_never_a_broken_tick(kind):
-    """Something else on LLM_REMOTE_PORT (an SSH banner, a raw TCP service): http.client's BadStatusLine is
-    no OSError, and escaping the look it would stop every tick (and so every deletion)."""
+@contextlib.contextmanager
+def not_http():
+    """A port that answers an SSH banner to anything: http.client's BadStatusLine, which is no OSError."""
     import socket
 
     with socket.socket() as listener:
@@ -398,12 +397,33 @@ def test_a_port_that_does_not_speak_http_is_silent_trouble_never_a_broken_tick(k
             with contextlib.suppress(OSError):
                 while True:
                     conn, _ = listener.accept()
-                    with conn:
+                    with conn:  # the request read first: closing on unread bytes would be a reset, an OSError
+                        conn.settimeout(5)
+                        conn.recv(65536)
                         conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+                        conn.shutdown(socket.SHUT_WR)
+                        while conn.recv(65536):
+                            pass
 
         threading.Thread(target=banner, daemon=True).start()
-        look = llm_look(kind, f"http://127.0.0.1:{listener.getsockname()[1]}")
+        yield listener.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["ollama", "llamacpp"])
+def test_a_port_that_does_not_speak_http_is_silent_trouble_never_a_broken_tick(kind):
+    """Something else on LLM_REMOTE_PORT (an SSH banner, a raw TCP service): escaping the look, the
+    BadStatusLine would stop every tick (and so every deletion)."""
+    with not_http() as port:
+        look = llm_look(kind, f"http://127.0.0.1:{port}")
     assert look.error == "not an HTTP answer (BadStatusLine)" and look.silent is True
+
+
+def test_swarmui_and_comfyui_cut_short_are_answers_that_failed_never_a_broken_tick():
+    """A SwarmUI or ComfyUI restarting may cut its answer: the look says so as it does for a refusal."""
+    with not_http() as port:
+        with pytest.raises(ValueError, match=r"not an HTTP answer \(BadStatusLine\)"):
+            idle_look._post_json(f"http://127.0.0.1:{port}/API/GetNewSession", {})
+        assert idle_look.comfy_queues((port,)) == [{"port": port, "queue": None}]
 
 
 @pytest.mark.parametrize(

@@ -275,6 +275,8 @@ def test_up_refuses_llamacpp_it_cannot_install_yet_before_the_cloud(dead_cloud_p
         ("{name: llama3.2:1b, insecure: true}", "ollama-models.yaml:2: ollama[1]: insecure: true needs a registry"),
         ("{name: library/llama3.2:1b, insecure: true}", "ollama[1]: insecure: true needs a registry host"),
         ("{name: registry.ollama.ai/library/x:1, insecure: true}", "ollama[1]: insecure: true needs a registry host"),
+        ("{name: Registry.Ollama.AI:443/library/x:1, insecure: true}", "ollama[1]: insecure: true needs a registry"),
+        ("{name: ollama.com/library/x:1, insecure: true}", "ollama[1]: insecure: true needs a registry host"),
         ("{name: 10.0.0.5:5000/library/x:1, insecure: yes please}", "ollama[1]: insecure must be true or false"),
     ],
 )
