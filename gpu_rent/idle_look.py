@@ -62,10 +62,8 @@ def _post_json(url: str, body: dict, timeout: float = HTTP_TIMEOUT) -> dict:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
             answer = json.loads(reply.read() or b"{}")
-    except http.client.HTTPException as e:  # no OSError: a SwarmUI restarting cut its answer short
-        if isinstance(e, OSError):
-            raise
-        raise ValueError(f"not an HTTP answer ({type(e).__name__})") from None
+    except http.client.HTTPException as e:  # a SwarmUI restarting cut its answer short
+        raise _not_http(e) from None
     except urllib.error.HTTPError as e:
         if not 400 <= e.code < 500:
             raise
@@ -271,9 +269,14 @@ def _get(url: str, timeout: float) -> bytes:
         with urllib.request.urlopen(url, timeout=timeout) as reply:
             return reply.read()
     except http.client.HTTPException as e:
-        if isinstance(e, OSError):  # RemoteDisconnected: a connection reset, as the OSErrors are
-            raise
-        raise ValueError(f"not an HTTP answer ({type(e).__name__})") from None
+        raise _not_http(e) from None
+
+
+def _not_http(error: http.client.HTTPException) -> Exception:
+    """What a look raises for an answer http.client could not read (BadStatusLine, IncompleteRead: no
+    OSError, they would escape the tick): a ValueError, an answer of another shape. RemoteDisconnected
+    is a connection reset and stays the OSError it is."""
+    return error if isinstance(error, OSError) else ValueError(f"not an HTTP answer ({type(error).__name__})")
 
 
 def _llm_unread(runtime: str, error: BaseException) -> LlmLook:
