@@ -220,12 +220,12 @@ def paid_hour_end(moment: float, limits: Limits) -> float | None:
     return None
 
 
-def _trouble(seen: Observation, limits: Limits, llm_before: dict | None = None) -> str | None:
+def _trouble(seen: Observation, limits: Limits, llm_before: dict) -> str | None:
     """What keeps the killer from seeing the VM's work, in words; None when nothing does."""
     found = [_swarm_trouble(seen)]
     if _gpu_unreadable(seen, limits):  # a driver and library of two versions: a job may still run
         found.append(f"GPU not read ({_line(seen.gpu_error or 'no reading')})")
-    found.append(_llm_trouble(seen, limits, llm_before or {}))
+    found.append(_llm_trouble(seen, limits, llm_before))
     if seen.keep_alive_error:
         found.append(f"KEEP_ALIVE_COMMAND {_line(seen.keep_alive_error)}")
     return "; ".join(t for t in found if t) or None
@@ -263,7 +263,7 @@ def _silent_comfy(seen: Observation) -> str | None:
     return f"ComfyUI on port {ports} does not tell its queue"
 
 
-def _work(seen: Observation, limits: Limits, llm_before: dict | None = None) -> str | None:
+def _work(seen: Observation, limits: Limits, llm_before: dict) -> str | None:
     """Work in SwarmUI, its ComfyUI backends, on a GPU or by the user's own measure, in words; None: none."""
     counters = (seen.status or {}).get("status")
     counters = counters if isinstance(counters, dict) else {}
@@ -274,7 +274,7 @@ def _work(seen: Observation, limits: Limits, llm_before: dict | None = None) -> 
         hot = [(i, u) for i, u, _mem in seen.gpus if u is not None and u > limits.gpu_percent]
         if hot:
             busy.append(", ".join(f"GPU {i} at {u:.0f} %" for i, u in hot))
-    llm = _llm_work(seen, limits, llm_before or {})
+    llm = _llm_work(seen, limits, llm_before)
     if llm:
         busy.append(llm)
     if seen.keep_alive:
