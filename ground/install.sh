@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the ground needs on a fresh machine of this kind; cached, so a
 # second run takes seconds. Debian packages, the OpenStack virtualenv (pinned
-# by openstack/requirements.lock) and the target-host image.
+# by openstack/requirements.lock) and the target-host image. --apt-only: the
+# Debian packages alone.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -22,6 +23,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     || { [ $created_policy = 1 ] && rm -f /usr/sbin/policy-rc.d; die "apt-get install failed, see ${TMPDIR:-/tmp}/ground-apt.log"; }
   [ $created_policy = 1 ] && rm -f /usr/sbin/policy-rc.d
 fi
+# --apt-only: the Debian packages alone (make test installs them before the offline tests start beside ground-up)
+[ "${1:-}" = --apt-only ] && exit 0
 
 if [ ! -e "$OSVENV/.installed" ]; then
   log "pip: OpenStack 2026.1 into $OSVENV (pinned)"

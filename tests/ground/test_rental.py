@@ -1,8 +1,15 @@
 """gpu-rent up / stop / destroy / status on the ground, as the member user.
 
 One project folder walks the whole life in order: bad input, up, re-up,
-stop, up again, a direct playbook stop, orphans, destroy. Every step checks
-the cloud itself, never only what the CLI printed.
+stop, up again (now with LLM_RUNTIME=ollama), a direct playbook stop, orphans,
+destroy. Every step checks the cloud itself, never only what the CLI printed.
+
+It stays one file past 500 lines because its tests are one rental's life in
+order (each starts where the one before left the VM): split, the halves would
+each rent, and a rental is the dearest thing the suite does. The LLM runtime
+(issue 17) rides the same life: the up after stop turns it on, the preemption's
+up shows a second up pulls nothing, and the idle-killer's test sees a
+generation keep the VM before the unloaded model lets it go.
 """
 
 import hashlib
@@ -26,6 +33,10 @@ from tests.loopback_sshd import free_port
 
 BIN = Path(sys.executable).parent
 OPERATOR_CIDR = "10.231.7.1/32"
+BRIDGE = "10.231.7.1"  # ground/lib.sh EXT_GW: where the ground hosts reach this machine
+# Ollama's stand-in (ground/ollama-standin: 0.32.15's API and layout; no real build fits CI) as a release
+# mirror (LLM_RELEASE_URL) and a registry of the user's own (ollama-models.yaml, insecure: true)
+LLM_STANDIN = REPO / "molecule" / "llm_runtime" / "standin.py"
 
 
 def gpu_rent(project: Path, *args: str) -> subprocess.CompletedProcess:
@@ -83,6 +94,32 @@ def through_tunnel(project: Path, route: str = "/API/GetNewSession", body: dict 
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
+
+
+def http(url: str, method: str = "GET", body: dict | None = None, timeout: float = 30) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"}, method=method)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        raw = response.read()
+    return json.loads(raw) if raw.strip() else {}
+
+
+class LlmServed:
+    """The release mirror and model registry the life's LLM runtime is installed and pulled from."""
+
+    def __init__(self, served: dict):
+        self.release_url, self.model, self.digest, self.size = (
+            served["release_url"], served["model"], served["digest"], served["size"]
+        )  # fmt: skip
+        self.first_up: subprocess.CompletedProcess | None = None  # the up that turned the runtime on
+
+    def registry(self, route: str, body: dict | None = None) -> dict:
+        base = "http://" + self.model.split("/", 1)[0]
+        return http(base + route, "POST" if body is not None else "GET", body)
+
+    def blob_gets(self, since: int = 0) -> list[dict]:
+        requests = self.registry("/standin/stats")["requests"][since:]
+        return [r for r in requests if r["path"].startswith("/cdn/blobs/")]
 
 
 def gone(pid: int) -> bool:
@@ -153,6 +190,21 @@ def life(tmp_path_factory, member_conn):
     yield project, Ours(member_conn, name)
     gpu_rent(project, "tunnel", "--close")
     gpu_rent(project, "destroy", "--i-understand-data-loss")
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    served_dir = tmp_path_factory.mktemp("llm-standin")
+    started = subprocess.run([sys.executable, str(LLM_STANDIN), "start", "--dir", str(served_dir),
+                              "--host", BRIDGE], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    yield LlmServed(json.loads(started.stdout))
+    subprocess.run([sys.executable, str(LLM_STANDIN), "stop", "--dir", str(served_dir)],
+                   capture_output=True, timeout=60)  # fmt: skip
+
+
+def llm_url(project: Path) -> str:
+    return tunnel(project)["llm_url"]
 
 
 def test_bad_config_creates_nothing(tmp_path, member_conn):
@@ -418,10 +470,17 @@ def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
     assert ours.killer_credential() is None  # no secret outlives the VM that held it
 
 
-def test_up_after_stop_reuses_the_same_volumes(life):
+def test_up_after_stop_reuses_the_same_volumes(life, llm):
     project, ours = life
     volumes = {v.name: v.id for v in ours.volumes().values()}
-    assert up(project).returncode == 0
+    # this up also turns the LLM runtime on: the tests after it look at what it installed and pulled
+    with open(project / "gpu-rent.vars", "a") as f:
+        f.write(f"LLM_RUNTIME=ollama\nLLM_LOCAL_PORT={free_port()}\nLLM_RELEASE_URL={llm.release_url}\n")
+    (project / "ollama-models.yaml").write_text(
+        f"ollama:\n  - name: {llm.model}\n    digest: {llm.digest}\n    insecure: true\n"
+    )
+    llm.first_up = up(project)
+    assert llm.first_up.returncode == 0, llm.first_up.stdout[-3000:] + llm.first_up.stderr[-3000:]
     s = state(project)
     assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == set(volumes.values())
     assert {v.name: v.id for v in ours.volumes().values()} == volumes
@@ -430,6 +489,62 @@ def test_up_after_stop_reuses_the_same_volumes(life):
     on_vm = ssh(s["resources"]["floating_ip_address"], check)
     size_mb, kept = on_vm.stdout.split()
     assert int(size_mb) > 5 * 1024 and kept == "kept"
+
+
+def test_the_llm_runtime_turned_on_pulls_its_model_and_the_tunnel_reaches_it(life, llm):
+    project, _ = life
+    first = llm.first_up
+    assert first is not None and first.returncode == 0
+    record = tunnel(project)
+    assert record["llm_url"].startswith("http://127.0.0.1:") and record["llm_url"] in first.stdout
+    # through the tunnel, on this machine's port: the model, with the manifest the registry gave
+    models = http(f"{llm_url(project)}/api/tags")["models"]
+    assert [(m["name"], "sha256:" + m["digest"]) for m in models] == [(llm.model, llm.digest)]
+    assert http(f"{llm_url(project)}/api/version")["version"] == "0.32.15"
+    # each blob came once, whole
+    gets = llm.blob_gets()
+    assert sum(g["bytes"] for g in gets) >= llm.size and all(g["status"] in (200, 206) for g in gets)
+    address = state(project)["resources"]["floating_ip_address"]
+    look = "systemctl is-active ollama; systemctl is-enabled ollama; findmnt -no TARGET --target /mnt/swarm_data/ollama"
+    lines = ssh(address, f"{look}; ss -ltnH 'sport = :11434'").stdout.splitlines()
+    assert lines[:3] == ["active", "enabled", "/mnt/swarm_data"], lines
+    assert [line.split()[3] for line in lines[3:]] == ["127.0.0.1:11434"]  # never the network
+    assert llm_url(project) in gpu_rent(project, "status").stdout
+
+
+def test_an_llm_pull_cut_short_resumes_where_it_stopped(life, llm):
+    """The model removed, then pulled by seed-llm slowly; the pull is cut midway (its client on the VM killed,
+    as when the run that started it dies): that seed-llm fails naming the model, Ollama keeps what came
+    (server/download.go writes the part's progress when its copy is canceled), and the next one asks the
+    registry from there on. (A SIGKILLed Ollama itself keeps only finished parts of 100 MB or more, as upstream.)"""
+    project, _ = life
+    address = state(project)["resources"]["floating_ip_address"]
+    http(f"{llm_url(project)}/api/delete", "DELETE", {"model": llm.model})
+    assert http(f"{llm_url(project)}/api/tags")["models"] == []
+    seen = len(llm.registry("/standin/stats")["requests"])
+    llm.registry("/standin/throttle", {"bytes_per_second": 250_000})  # ~16 s for the model
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    seeding = subprocess.Popen([str(BIN / "gpu-rent"), "seed-llm"], cwd=project, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        partial = "find /mnt/swarm_data/ollama/blobs -name '*-partial' -size +1000k | head -1"
+        wait_until("a partial blob past 1 MB", lambda: ssh(address, partial).stdout.strip(), 120, 1)
+        killed = ssh(address, "pkill -KILL -f 'llm_pull.py pull'")
+        assert killed.returncode == 0, killed.stderr
+        out, err = seeding.communicate(timeout=600)
+    finally:
+        seeding.kill()
+        llm.registry("/standin/throttle", {"bytes_per_second": 0})
+    assert seeding.returncode != 0 and llm.model in out + err, out[-3000:] + err[-3000:]
+    again = gpu_rent(project, "seed-llm")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert [m["name"] for m in http(f"{llm_url(project)}/api/tags")["models"]] == [llm.model]
+    after = llm.blob_gets(since=seen)
+    resumed = [
+        r for r in after if (r.get("range") or "").startswith("bytes=") and not r["range"].startswith("bytes=0-")
+    ]
+    assert resumed, after  # asked from where it stopped
+    assert sum(r["bytes"] for r in after) < llm.size * 1.5, after  # not the whole model again
 
 
 def test_status_shows_the_armed_idle_killer_whose_credential_may_delete_this_server_and_its_ip_only(life):
@@ -531,7 +646,7 @@ def test_ctrl_c_closes_a_foreground_tunnel_and_the_vm_keeps_running(life):
     assert ours.servers()[0].status == "ACTIVE" and state(project)["phase"] == "ready_cloud"
 
 
-def test_preempted_with_the_laptop_closed_status_names_what_bills_and_up_brings_it_back(life):
+def test_preempted_with_the_laptop_closed_status_names_what_bills_and_up_brings_it_back(life, llm):
     project, ours = life
     server = ours.servers()[0]
     address = state(project)["resources"]["floating_ip_address"]
@@ -549,22 +664,43 @@ def test_preempted_with_the_laptop_closed_status_names_what_bills_and_up_brings_
     assert f"floating IP {address}, disks {gb} GB, ~{0.25 + gb * 0.01:.2f}/hour" in bill, bill
     shown = gpu_rent(project, "status").stdout
     assert "billing   preempted" in shown and "`gpu-rent stop` ends all but the disks" in shown
+    pulled = llm.blob_gets()
     back = up(project)
     assert back.returncode == 0, back.stderr[-3000:]
+    # a second up with the LLM runtime on pulls nothing: the model is on the data volume
+    assert llm.blob_gets() == pulled
+    assert [m["name"] for m in http(f"{llm_url(project)}/api/tags")["models"]] == [llm.model]
     assert f"server {server.name}: preempted (stopped by the cloud)" in back.stdout + back.stderr
     assert [(s.id, s.status) for s in ours.servers()] == [(server.id, "ACTIVE")]  # the same server, back
     assert ssh(address, "test -f /root/before-preemption").returncode == 0  # on its own boot volume
     assert status(project)["stopped_bill"] is None
 
 
-def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_it(life):
+def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_it(life, llm):
     project, ours = life
     server = ours.servers()[0]
+    address = state(project)["resources"]["floating_ip_address"]
     address_id = state(project)["resources"]["floating_ip"]
     volumes = {v.name: v.id for v in ours.volumes().values()}
     seconds = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 20, "idle_killer_tick_seconds": 2}
     rearmed = playbook(project, "idle_killer.yml", *[f"-e{k}={v}" for k, v in seconds.items()])
     assert rearmed.returncode == 0, rearmed.stdout[-3000:]
+    # a generation on the LLM runtime keeps the VM, and the killer's reason names its model
+    after = time.time()
+    answer = http(f"{llm_url(project)}/api/generate", "POST", {"model": llm.model, "prompt": "hi", "stream": False})
+    assert answer["done"] is True
+    assert [m["name"] for m in http(f"{llm_url(project)}/api/ps")["models"]] == [llm.model]
+
+    def report() -> dict:
+        read = ssh(address, "cat /run/gpu-rent/idle-killer.json")
+        return json.loads(read.stdout) if read.returncode == 0 else {}
+
+    told = wait_until("the killer's tick", lambda: (r := report()).get("tick_at", 0) > after and r, 60, 1)
+    assert told["reason"].startswith(f"LLM runtime: model {llm.model} loaded"), told
+    assert ours.servers()[0].status == "ACTIVE"
+    # unloaded (an empty prompt with keep_alive 0, api.md), the model keeps nothing: the idle clock runs
+    http(f"{llm_url(project)}/api/generate", "POST", {"model": llm.model, "keep_alive": 0})
+    wait_until("the killer's deadline", lambda: status(project)["idle_killer"]["status"].get("fires_at"), 60, 1)
     said = status(project)["idle_killer"]["status"]  # the user looks once, then closes the laptop
     assert said["server_id"] == server.id and said["fires_at"], said
     wait_until("the VM deleted by its idle-killer", lambda: not ours.servers(), 90)
