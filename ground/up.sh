@@ -26,7 +26,8 @@ mkdir -p "$S" "$ETC" "$LOG" "$RUN"
 rm -rf "$GROUND_SRC/ext/build" "$GROUND_SRC"/ext/*.egg-info
 
 # fresh secrets per ground, so tests can prove they never reach a log
-secret() { python3 -c 'import secrets; print(secrets.token_urlsafe(18))'; }
+# hex: a urlsafe token may begin with '-', and keystone-manage then took it for an option (1 ground in 64)
+secret() { python3 -c 'import secrets; print(secrets.token_hex(16))'; }
 GROUND_ADMIN_PASSWORD=$(secret) GROUND_MEMBER_PASSWORD=$(secret) GROUND_SERVICE_PASSWORD=$(secret)
 export GROUND_ADMIN_PASSWORD GROUND_MEMBER_PASSWORD GROUND_SERVICE_PASSWORD
 umask 077

@@ -278,7 +278,7 @@ pids=()
 ( K="$B/keystone-manage --config-file $ETC/keystone/keystone.conf"
   $K db_sync && $K fernet_setup --keystone-user root --keystone-group root &&
   $K credential_setup --keystone-user root --keystone-group root &&
-  $K bootstrap --bootstrap-password "$GROUND_ADMIN_PASSWORD" --bootstrap-region-id RegionOne \
+  $K bootstrap --bootstrap-password="$GROUND_ADMIN_PASSWORD" --bootstrap-region-id RegionOne \
      --bootstrap-admin-url "http://$API:5000/v3/" --bootstrap-public-url "http://$API:5000/v3/" \
      --bootstrap-internal-url "http://$API:5000/v3/" ) >"$LOG/db-keystone.log" 2>&1 & pids+=($!)
 ( "$B/placement-manage" --config-file "$ETC/placement/placement.conf" db sync ) >"$LOG/db-placement.log" 2>&1 & pids+=($!)
