@@ -12,7 +12,6 @@ split, the commands and those helpers would import each other both ways.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -28,11 +27,10 @@ import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view, setup_login, setup_prompts, setup_wizard
+from gpu_rent import __version__, cloud, config, killer_view
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.lazy import lazy
-from gpu_rent.notify import notify
 from gpu_rent.rental import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
 from gpu_rent.report import doctor_checks, status_report
 from gpu_rent.state import Phase, StateError, StateLocked, StateStore
@@ -44,6 +42,12 @@ files = lazy("gpu_rent.files")
 sync = lazy("gpu_rent.sync")
 vm_ssh = lazy("gpu_rent.ssh")
 watchdog = lazy("gpu_rent.watchdog")
+asyncio = lazy("asyncio")  # the event loop of ssh and logs; notify has its own
+notifier = lazy("gpu_rent.notify")  # the desktop, at the end of up
+# only `setup` asks and logs in: every other command starts without them (~25 ms of `status`)
+setup_login = lazy("gpu_rent.setup_login")
+setup_prompts = lazy("gpu_rent.setup_prompts")
+setup_wizard = lazy("gpu_rent.setup_wizard")
 
 # keystoneauth warns on stderr on its own ("Failed to discover available identity versions ...") before the
 # failure that the command then reports in its one line: the user gets that line only.
@@ -366,7 +370,7 @@ def up(
         state, result = _rental(settings).up(confirm, {"vm_stamp_redo": True} if full else None)
     except HANDLED as e:
         if not (isinstance(e, OperationFailed) and e.canceled):
-            notify("gpu-rent up failed", str(e).splitlines()[-1][:200] if str(e) else type(e).__name__)
+            notifier.notify("gpu-rent up failed", str(e).splitlines()[-1][:200] if str(e) else type(e).__name__)
         raise _fail(e) from None
     cloud_changed = result.changed.get("localhost", 0)
     vm_changed = sum(n for host, n in result.changed.items() if host != "localhost")
@@ -382,7 +386,7 @@ def up(
     note(f"idle-killer: {killer_view.describe(seen, time.time())}; `gpu-rent hold` keeps the VM longer")
     if tunnel:
         _open_tunnel(settings, watch_seconds, after_up=True, stop_on_exit=stop_on_exit)
-    notify("gpu-rent: SwarmUI is ready", watchdog.url(settings) if tunnel else f"{settings.name} is ready")
+    notifier.notify("gpu-rent: SwarmUI is ready", watchdog.url(settings) if tunnel else f"{settings.name} is ready")
 
 
 def _open_tunnel(
