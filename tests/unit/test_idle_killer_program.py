@@ -606,14 +606,20 @@ def test_the_standins_comfyui_killed_three_times_is_seen_at_each_new_port(tmp_pa
         cfg = config(tmp_path, swarm.port)
         port = swarm.comfy_port
         for restart in range(4):
-            wait_for(lambda p=port: comfy_up(swarm, p), 30)
+            seen = lambda: f"ComfyUI processes: {comfy_processes(swarm.root)}"  # noqa: E731
+            wait_for(lambda p=port: comfy_up(swarm, p), 60, seen)
             unit_of(tmp_path, proc)
             standin_queue(port, 2, 5)
             status, _ = tick(cfg)
             assert status["reason"] == "2 in the ComfyUI queue" and status["comfyui"] == [{"port": port, "queue": 2}]
-            if restart < 3:  # AutoRestart: the next port (NetworkBackendUtils.GetNextPort)
-                os.kill(comfy_processes(swarm.root)[0]["pid"], 9)
-                port += 1
+            if restart < 3:  # AutoRestart on a later port (NetworkBackendUtils.GetNextPort)
+                old = comfy_processes(swarm.root)[0]["pid"]
+                os.kill(old, 9)
+                # GetNextPort skips a port something listens on: another process on this machine may
+                # hold port+1, so the new port is read from the relaunched process, never assumed
+                relaunched = wait_for(lambda o=old: [c for c in comfy_processes(swarm.root) if c["pid"] != o], 60, seen)
+                assert relaunched[0]["port"] > port
+                port = relaunched[0]["port"]
     finally:
         stop(proc)
 

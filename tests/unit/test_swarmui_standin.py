@@ -10,6 +10,7 @@ upstream behaviour it pins; a stand-in that drifts from it fails here.
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,6 +40,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_block(count: int = 8) -> int:
+    """The first of `count` consecutive ports nobody holds, below the kernel's ephemeral range.
+
+    ComfyUI's relaunches take the next ports (GetNextPort); an ephemeral port beside a free_port()
+    may meanwhile carry one of this machine's own outbound connections (CI starts the ground's
+    services beside the unit tests), and a ComfyUI that cannot bind its port dies at launch."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, low - count)
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + count):
+                    s = held.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {count} consecutive free ports between 20000 and {low}")
 
 
 def port_listened(port: int) -> bool:
@@ -124,7 +146,7 @@ def start(
                        check=True, capture_output=True)  # fmt: skip
     if comfy:
         comfy_install(root, comfy)
-    port, comfy_port = free_port(), free_port()
+    port, comfy_port = free_port(), free_port_block() + 1  # +1: the counter starts below it
     (root / "Data").mkdir()
     if settings is None:
         settings = f"Network:\n    BackendStartingPort: {comfy_port - 1}\n"
