@@ -30,6 +30,8 @@ from urllib.parse import urlparse
 
 import yaml
 
+from gpu_rent import ollama_name
+
 MODELS_FILE = "ollama-models.yaml"
 RUNTIMES = ("ollama", "llamacpp")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
@@ -52,9 +54,6 @@ class ModelsFileError(ValueError):
 
 # --- Ollama's model names, as its types/model/name.go (ParseName, Name.IsValid) reads them -------------------------
 
-_OLLAMA_DEFAULTS = ("registry.ollama.ai", "library", "latest")  # name.go DefaultName: host, namespace, tag
-_MISSING = "!MISSING!"  # name.go MissingPart: a part a separator promised and nothing filled
-# name.go isValidPart: every part starts with a letter, a digit or _; then these, and at most this long
 _PART_RULES = {
     "host": ("-_.:", 350, "letters, digits and _ - . :"),
     "namespace": ("-_", 80, "letters, digits and _ -"),
@@ -63,41 +62,14 @@ _PART_RULES = {
 }
 
 
-def _cut_promised(text: str, sep: str) -> tuple[str, str, bool]:
-    """name.go cutPromised: cut at the last sep; an empty side is a part that is missing."""
-    at = text.rfind(sep)
-    if at < 0:
-        return text, "", False
-    return text[:at] or _MISSING, text[at + len(sep) :] or _MISSING, True
-
-
 def ollama_name_parts(name: str) -> dict[str, str]:
     """host, namespace, model and tag of an Ollama model name, defaults filled in (name.go ParseName)."""
-    tag = ""
-    if name.rfind(":") > name.rfind("/"):  # "/" is no tag character: a ":" before it belongs to the host
-        name, tag, _ = _cut_promised(name, ":")
-    rest, model, promised = _cut_promised(name, "/")
-    namespace = host = ""
-    if not promised:
-        model = rest
-    else:
-        rest, namespace, promised = _cut_promised(rest, "/")
-        if not promised:
-            namespace = rest
-        else:
-            host = rest.split("://", 1)[-1]  # a protocol scheme before the host is allowed and not checked
-    default_host, default_namespace, default_tag = _OLLAMA_DEFAULTS
-    return {
-        "host": host or default_host,
-        "namespace": namespace or default_namespace,
-        "model": model,
-        "tag": tag or default_tag,
-    }
+    return ollama_name.parts(name)
 
 
 def _part_problem(kind: str, part: str) -> str | None:
     extra, longest, allowed = _PART_RULES[kind]
-    if part == _MISSING:
+    if part == ollama_name.MISSING:
         return f"its {kind} is missing (nothing beside a '/' or ':')"
     first_ok = part[:1].isascii() and (part[:1].isalnum() or part[:1] == "_")
     rest_ok = all(c.isascii() and (c.isalnum() or c in extra) for c in part[1:])
@@ -129,10 +101,7 @@ def ollama_name_problem(name: object) -> str | None:
 
 def _ollama_key(name: str) -> tuple[str, ...]:
     """What makes two names one model: every part, case folded (name.go Name.EqualFold)."""
-    name = name.strip()
-    if name.lower().endswith(":local"):
-        name = name[: -len(":local")]
-    return tuple(part.casefold() for part in ollama_name_parts(name).values())
+    return ollama_name.key(name)
 
 
 # --- reading the file, with the line of everything ------------------------------------------------------------------
@@ -227,7 +196,7 @@ def _ollama(where: str, raw: Any, line: int) -> dict:
         raise ModelsFileError(f"{where}: insecure must be true or false", line=_line_of(entry, "insecure"))
     # plain HTTP only to a registry the entry names itself: never to Ollama's own, by a slip of the pen
     host = ollama_name_parts(entry["name"])["host"].lower().rsplit(":", 1)[0]  # a port is no other registry
-    if insecure and (entry["name"].count("/") < 2 or host in (_OLLAMA_DEFAULTS[0], "ollama.com")):
+    if insecure and (entry["name"].count("/") < 2 or host in (ollama_name.DEFAULTS[0], "ollama.com")):
         raise ModelsFileError(
             f"{where}: insecure: true needs a registry host of your own in the name (host:port/namespace/model:tag)",
             line=_line_of(entry, "insecure"),

@@ -235,10 +235,17 @@ def test_a_bad_models_file_is_a_config_error_naming_its_line(tmp_path):
     assert str(caught.value) == "ollama-models.yaml:2: llamacpp[1]: url must be a https or http URL of a GGUF file"
 
 
-def test_llm_models_imports_nothing_of_gpu_rent():
-    # config imports llm_models; the reverse would be the cycle config <-> seed_list has
-    source = Path(llm_models.__file__).read_text()
-    assert "gpu_rent" not in "".join(line for line in source.splitlines() if line.startswith(("import", "from")))
+def _gpu_rent_imports(module) -> list[str]:
+    source = Path(module.__file__).read_text()
+    return [line for line in source.splitlines() if line.startswith(("import", "from")) and "gpu_rent" in line]
+
+
+def test_llm_models_imports_only_the_stdlib_name_parser_of_gpu_rent():
+    # config imports llm_models; the reverse would be the cycle config <-> seed_list had
+    from gpu_rent import ollama_name
+
+    assert _gpu_rent_imports(llm_models) == ["from gpu_rent import ollama_name"]
+    assert _gpu_rent_imports(ollama_name) == []  # a leaf, and copied alone beside llm_pull.py on the VM
 
 
 def test_dry_run_refuses_a_bad_models_file_in_one_line_before_the_cloud(dead_cloud_project):

@@ -22,7 +22,7 @@ from tests.unit.test_ollama_standin import servers as servers  # a fixture: each
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles" / "llm_runtime" / "files"
 SCRIPT = FILES / "llm_pull.py"
-sys.path.insert(0, str(FILES))  # where the VM finds fetch.py and progress_line.py: beside the script
+sys.path.insert(0, str(FILES))  # where the VM finds fetch.py, progress_line.py and ollama_name.py: beside the script
 _spec = importlib.util.spec_from_file_location("llm_pull", SCRIPT)
 llm_pull = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(llm_pull)

@@ -26,7 +26,8 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from fetch import Progress, stage_text  # beside this file on the VM (sys.path[0]), and in the role's files/
+import ollama_name  # beside this file on the VM (sys.path[0]), as fetch is; both linked into the role's files/
+from fetch import Progress, stage_text
 
 STAGE_KIND = "llm"
 # Between two lines of a pull's stream. Ollama writes one every 60 ms while bytes come in, but says nothing
@@ -35,8 +36,6 @@ READ_TIMEOUT = 900
 API_TIMEOUT = 30
 RESTART_WAIT = 90  # for Ollama to answer again after its stream broke off (systemd restarts it after 3 s)
 
-# types/model/name.go DefaultName: what a name leaves out
-DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG = "registry.ollama.ai", "library", "latest"
 DIGEST = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
 
 
@@ -51,40 +50,9 @@ class Interrupted(Exception):
 # ------------------------------------------------------------------ pure parts
 
 
-def _cut_promised(text: str, sep: str) -> tuple[str, str, bool]:
-    """name.go cutPromised: cut at the last sep."""
-    at = text.rfind(sep)
-    if at < 0:
-        return text, "", False
-    return text[:at], text[at + len(sep) :], True
-
-
 def model_key(name: str) -> tuple[str, str, str, str]:
-    """host, namespace, model and tag of an Ollama model name, defaults filled in and case folded.
-
-    name.go ParseName: a ":" after the last "/" starts the tag; then model, namespace and host from the right
-    (a scheme before the host is dropped). Two names are one model when every part matches regardless of case
-    (name.go EqualFold; a pull of another spelling reuses the model's own, routes.go getExistingName). An explicit
-    ":local" is no part of the name (internal/modelref ParseRef).
-    """
-    name = name.strip()
-    if name.lower().endswith(":local") and name.rfind(":") > name.rfind("/"):
-        name = name[: -len(":local")]
-    tag = ""
-    if name.rfind(":") > name.rfind("/"):
-        name, tag, _ = _cut_promised(name, ":")
-    rest, model, promised = _cut_promised(name, "/")
-    namespace = host = ""
-    if not promised:
-        model = rest
-    else:
-        rest, namespace, promised = _cut_promised(rest, "/")
-        if not promised:
-            namespace = rest
-        else:
-            host = rest.split("://", 1)[-1]
-    parts = (host or DEFAULT_HOST, namespace or DEFAULT_NAMESPACE, model, tag or DEFAULT_TAG)
-    return tuple(part.casefold() for part in parts)  # type: ignore[return-value]
+    """host, namespace, model and tag of an Ollama model name, defaults filled in and case folded (ollama_name.py)."""
+    return ollama_name.key(name)
 
 
 def digest_of(value: str | None) -> str | None:

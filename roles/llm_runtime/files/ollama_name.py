@@ -1,0 +1,1 @@
+../../../gpu_rent/ollama_name.py
