@@ -33,7 +33,7 @@ ground-down:
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/ansible-lint --offline -p roles playbooks molecule
+	$(BIN)/ansible-lint --offline -p roles playbooks molecule tests/ground/playbooks
 
 unit: setup
 	$(BIN)/pytest --timeout 600 --durations=10 tests/unit $(PYTEST_ARGS)

@@ -376,6 +376,20 @@ def test_a_second_up_changes_nothing_in_the_cloud(life):
     assert tunnel(project)["pid"] == pid and state(project)["phase"] == "ready_tunneled"  # kept, not doubled
 
 
+def test_ups_one_lookup_answers_as_the_info_modules_do(life):
+    """rental_lookup (one login for a warm up's lookups) against compute_flavor_info, keypair_info,
+    volume_info, volume_snapshot_info, networks_info and server_info on the same rental."""
+    project, _ = life
+    parity = REPO / "tests" / "ground" / "playbooks" / "lookup_parity.yml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_", "ANSIBLE_"))}
+    env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_VARS_PLUGINS=str(REPO / "playbooks" / "vars_plugins"))  # fmt: skip
+    result = subprocess.run(["ansible-playbook", str(parity)], cwd=project, env=env, capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "ok=9" in result.stdout and "failed=0" in result.stdout
+
+
 def test_resize_data_grows_the_volume_and_its_filesystem_on_the_running_vm(life):
     project, ours = life
     address = state(project)["resources"]["floating_ip_address"]

@@ -1,0 +1,102 @@
+#!/usr/bin/python
+"""Ansible module: what earlier ups left in the cloud, looked up in one login for the roles of up."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: rental_lookup
+short_description: Look up a rental's flavors, key pair, volumes, snapshot, networks and server at once
+description:
+  - Every openstack.cloud task is a process of its own that imports openstacksdk and logs in to
+    Keystone, about a second each before it asks anything; a warm up used ten of them only to look.
+    This module asks the same questions in one process and returns the answers in the very shapes
+    the openstack.cloud info modules return (compute_flavor_info, volume_info,
+    volume_snapshot_info, networks_info, server_info, keypair), so the roles use either.
+  - It changes nothing. The roles still decide, check and create as before; what it found only
+    spares them the lookup, and a role handed nothing looks up for itself.
+options:
+  flavors: {description: Flavor names or ids (compute_flavor_info name)., type: list, elements: str, default: []}
+  keypair: {description: Key pair name., type: str}
+  volumes: {description: Volume names (volume_info name)., type: list, elements: str, default: []}
+  snapshot: {description: Volume snapshot name (volume_snapshot_info name)., type: str}
+  external_network:
+    description: External network name; empty takes every network with router:external (networks_info).
+    type: str
+  networks: {description: Network names (networks_info name)., type: list, elements: str, default: []}
+  server: {description: Server name (server_info name)., type: str}
+extends_documentation_fragment:
+  - openstack.cloud.openstack
+"""
+
+RETURN = r"""
+flavors: {description: "Per flavor: the flavors found (compute_flavor_info's list).", returned: always, type: dict}
+keypair: {description: The key pair, or null., returned: always, type: dict}
+volumes: {description: "Per volume name: the volumes found (volume_info's list).", returned: always, type: dict}
+volume_snapshots: {description: The snapshots of that name (volume_snapshot_info's list)., returned: always, type: list}
+external_networks: {description: The external networks found (networks_info's list)., returned: always, type: list}
+networks: {description: "Per network name: the networks found (networks_info's list).", returned: always, type: dict}
+servers: {description: The servers of that name (server_info's list)., returned: always, type: list}
+"""
+
+from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
+
+
+class RentalLookupModule(OpenStackModule):
+    argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
+        flavors=dict(type="list", elements="str", default=[]),
+        keypair=dict(no_log=False),
+        volumes=dict(type="list", elements="str", default=[]),
+        snapshot=dict(),
+        external_network=dict(),
+        networks=dict(type="list", elements="str", default=[]),
+        server=dict(),
+    )
+    module_kwargs = dict(supports_check_mode=True)  # noqa: RUF012 - read by the base class
+
+    def run(self):
+        p = self.params
+        conn = self.conn
+        # each call as the info module of the same question makes it (named beside it)
+        flavors = {}
+        for name in p["flavors"]:
+            flavor = conn.compute.find_flavor(name)  # compute_flavor_info
+            flavors[name] = [flavor.to_dict(computed=False)] if flavor else []
+        keypair = conn.compute.find_keypair(p["keypair"]) if p["keypair"] else None  # keypair
+        volumes = {
+            name: [v.to_dict(computed=False) for v in conn.block_storage.volumes(name=name)] for name in p["volumes"]
+        }  # volume_info
+        snapshots = []
+        if p["snapshot"]:  # volume_snapshot_info
+            snapshots = [s.to_dict(computed=False) for s in conn.block_storage.snapshots(name=p["snapshot"])]
+        # networks_info, as the network role asks it: by name, else the networks with router:external
+        external = p["external_network"]
+        found = conn.search_networks(
+            name_or_id=external or None, filters=None if external else {"router:external": True}
+        )
+        networks = {
+            name: [n.to_dict(computed=False) for n in conn.search_networks(name_or_id=name)] for name in p["networks"]
+        }
+        servers = []
+        if p["server"]:  # server_info
+            servers = [
+                s.to_dict(computed=False) if hasattr(s, "to_dict") else s
+                for s in conn.search_servers(name_or_id=p["server"], detailed=False, all_projects=False)
+            ]
+        self.exit_json(
+            changed=False,
+            flavors=flavors,
+            keypair=keypair.to_dict(computed=False) if keypair else None,
+            volumes=volumes,
+            volume_snapshots=snapshots,
+            external_networks=[n.to_dict(computed=False) for n in found],
+            networks=networks,
+            servers=servers,
+        )
+
+
+def main():
+    RentalLookupModule()()
+
+
+if __name__ == "__main__":
+    main()
