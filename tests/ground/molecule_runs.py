@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,11 +26,20 @@ SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.y
 SIDE_BY_SIDE = 2
 TIMEOUT = 1500  # one scenario, create to destroy
 KEY = pytest.StashKey["Background"]()  # the session's runs, in config.stash
+# Molecule prints nothing of its create and destroy playbooks: Ansible's own log keeps every stage
+LOGS = Path(tempfile.gettempdir()) / "gpu-rent-molecule"
+
+
+def log_path(scenario: str) -> Path:
+    return LOGS / f"{scenario}.log"
 
 
 def run(scenario: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "GPU_RENT_", "MOLECULE_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    LOGS.mkdir(exist_ok=True)
+    log_path(scenario).unlink(missing_ok=True)
+    env["ANSIBLE_LOG_PATH"] = str(log_path(scenario))
     return subprocess.run(
         [str(BIN / "molecule"), "test", "-s", scenario],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT,

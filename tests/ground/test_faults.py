@@ -373,6 +373,9 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     seen = rental.converged_invariants("stop converged")
     assert seen["phase"] == "idle" and seen["server"] is None and seen["leftovers"] == [], seen
     assert not rental.ours.servers() and not rental.ours.floating_ips() and rental.ours.killer_credential() is None
+    # how the server ended, when some step saw it go (the killed stop's record, or status finding it gone)
+    ended = seen.pop("last_end", None)
+    assert ended is None or ended["server_id"] == server, ended
     assert server not in json.dumps(seen)
     assert len(rental.faults) == len(UP_FAULTS) + 4, rental.faults
     kills = [f for f in rental.faults if f.startswith("kill -9")]

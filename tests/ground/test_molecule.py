@@ -37,7 +37,11 @@ def test_every_vm_role_has_a_scenario():
 @pytest.mark.parametrize("scenario", molecule_runs.SCENARIOS)
 def test_the_scenario_passes(runs, scenario):
     result = runs[scenario]
-    assert result.returncode == 0, f"{_failures(result.stdout + result.stderr)}\n...\n{result.stderr[-3000:]}"
+    if result.returncode != 0:
+        log = molecule_runs.log_path(scenario)
+        logged = log.read_text(errors="replace") if log.exists() else ""
+        failures = _failures(result.stdout + result.stderr + logged)
+        pytest.fail(f"molecule test -s {scenario} failed:\n{failures}\n...\n{result.stderr[-3000:]}")
 
 
 def _failures(output: str) -> str:
