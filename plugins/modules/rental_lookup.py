@@ -5,13 +5,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: rental_lookup
-short_description: Look up a rental's flavors, key pair, volumes, snapshot, networks and server at once
+short_description: Look up a rental's flavors, key pair, volumes, snapshot, networks, router and server at once
 description:
   - Every openstack.cloud task is a process of its own that imports openstacksdk and logs in to
     Keystone, about a second each before it asks anything; a warm up used ten of them only to look.
     This module asks the same questions in one process and returns the answers in the very shapes
     the openstack.cloud info modules return (compute_flavor_info, volume_info,
-    volume_snapshot_info, networks_info, server_info, keypair), so the roles use either.
+    volume_snapshot_info, networks_info, subnets_info, routers_info, security_group_info,
+    server_info, keypair), so the roles use either.
   - It changes nothing. The roles still decide, check and create as before; what it found only
     spares them the lookup, and a role handed nothing looks up for itself.
 options:
@@ -23,6 +24,9 @@ options:
     description: External network name; empty takes every network with router:external (networks_info).
     type: str
   networks: {description: Network names (networks_info name)., type: list, elements: str, default: []}
+  subnets: {description: Subnet names (subnets_info name)., type: list, elements: str, default: []}
+  routers: {description: Router names (routers_info name)., type: list, elements: str, default: []}
+  security_group: {description: Security group name (security_group_info name)., type: str}
   server: {description: Server name (server_info name)., type: str}
 extends_documentation_fragment:
   - openstack.cloud.openstack
@@ -35,6 +39,14 @@ volumes: {description: "Per volume name: the volumes found (volume_info's list).
 volume_snapshots: {description: The snapshots of that name (volume_snapshot_info's list)., returned: always, type: list}
 external_networks: {description: The external networks found (networks_info's list)., returned: always, type: list}
 networks: {description: "Per network name: the networks found (networks_info's list).", returned: always, type: dict}
+subnets: {description: "Per subnet name: the subnets found (subnets_info's list).", returned: always, type: dict}
+routers: {description: "Per router name: the routers found (routers_info's list).", returned: always, type: dict}
+router_interfaces:
+  description: "Per router id found: its internal interface ports (port_info's shape), as the router module lists them."
+  returned: always
+  type: dict
+security_groups: {description: The security groups of that name (security_group_info's list)., returned: always,
+                  type: list}
 servers: {description: The servers of that name (server_info's list)., returned: always, type: list}
 """
 
@@ -49,6 +61,9 @@ class RentalLookupModule(OpenStackModule):
         snapshot=dict(),
         external_network=dict(),
         networks=dict(type="list", elements="str", default=[]),
+        subnets=dict(type="list", elements="str", default=[]),
+        routers=dict(type="list", elements="str", default=[]),
+        security_group=dict(),
         server=dict(),
     )
     module_kwargs = dict(supports_check_mode=True)  # noqa: RUF012 - read by the base class
@@ -76,6 +91,19 @@ class RentalLookupModule(OpenStackModule):
         networks = {
             name: [n.to_dict(computed=False) for n in conn.search_networks(name_or_id=name)] for name in p["networks"]
         }
+        subnets = {name: [s.to_dict(computed=False) for s in conn.network.subnets(name=name)] for name in p["subnets"]}
+        routers = {
+            name: [r.to_dict(computed=False) for r in conn.search_routers(name_or_id=name)] for name in p["routers"]
+        }  # routers_info
+        # the router module's own view of a router's interfaces (router.py _get_port_changes)
+        interfaces = {
+            r["id"]: [port.to_dict(computed=False) for port in conn.list_router_interfaces(r, "internal")]
+            for named in routers.values()
+            for r in named
+        }
+        groups = []
+        if p["security_group"]:  # security_group_info, asking Neutron for the name instead of listing all
+            groups = [g.to_dict(computed=False) for g in conn.network.security_groups(name=p["security_group"])]
         servers = []
         if p["server"]:  # server_info
             servers = [
@@ -90,6 +118,10 @@ class RentalLookupModule(OpenStackModule):
             volume_snapshots=snapshots,
             external_networks=[n.to_dict(computed=False) for n in found],
             networks=networks,
+            subnets=subnets,
+            routers=routers,
+            router_interfaces=interfaces,
+            security_groups=groups,
             servers=servers,
         )
 
