@@ -39,8 +39,9 @@ def test_the_scenario_passes(runs, scenario):
     result = runs[scenario]
     if result.returncode != 0:
         log = molecule_runs.log_path(scenario)
-        logged = log.read_text(errors="replace") if log.exists() else ""
-        failures = _failures(result.stdout + result.stderr + logged)
+        # Ansible's log holds every stage (create and destroy too): read alone, a failure is not quoted twice
+        output = log.read_text(errors="replace") if log.exists() else result.stdout + result.stderr
+        failures = _failures(output)
         pytest.fail(f"molecule test -s {scenario} failed:\n{failures}\n...\n{result.stderr[-3000:]}")
 
 

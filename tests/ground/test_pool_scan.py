@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.ground.test_rental import Ours, gpu_rent, make_project, state
+from tests.ground.test_rental import Ours, gpu_rent, last_up_log, make_project, state
 
 FULL, FREE = "ru-7a", "ru-7b"
 SOLD = "CUSTOM_GPU_A10"
@@ -103,7 +103,7 @@ def test_the_first_up_rents_in_the_next_pool_and_makes_the_volumes_only_there(sc
     saved = state(project)
     assert saved["pool"] == FREE and saved["flavor"] == "gpu.a10.1"
     assert saved["resources"]["boot_volume"] == boot.id and saved["resources"]["data_volume"] == data.id
-    log = sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
+    log = last_up_log(project)
     assert f"gpu.a100.1 in {FULL}" in log or "No valid host" in log
 
 

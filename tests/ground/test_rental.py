@@ -66,6 +66,11 @@ def status(project: Path) -> dict:
     return json.loads(result.stdout)
 
 
+def last_up_log(project: Path) -> str:
+    """The playbook output of the project's newest up, as gpu-rent kept it."""
+    return sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
+
+
 def make_project(tmp: Path, name: str) -> Path:
     """A copy of the ground's project with its own NAME and its own tunnel port (tests run side by side)."""
     project = tmp / name
@@ -231,7 +236,7 @@ def test_up_rents_exactly_the_resources_of_the_spec(life):
     assert s["phase"] == "ready_tunneled"
     assert s["flavor"] == "gpu.l4.1"  # gpu.a100.1: no valid host; gpu.h100.8: over the quota
     assert s["pool"] == "ru-7a"
-    log = sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
+    log = last_up_log(project)
     assert "No valid host" in log and "Quota exceeded" in log
 
     servers = ours.servers()
@@ -384,7 +389,7 @@ def test_a_second_up_changes_nothing_in_the_cloud(life):
     assert "changed: cloud 0, VM 0" in result.stdout
     assert ours.everything() == before
     # what up's one lookup found as wanted is not asked again, each by a module of its own
-    log = sorted((project / ".gpu-rent" / "logs").glob("*-up.log"))[-1].read_text()
+    log = last_up_log(project)
     ran = {task: re.findall(rf"TASK \[{re.escape(task)}\] \**\n(\w+):", log) for task in LOOKED_UP_ENSURES}
     assert all(results == ["skipping"] for results in ran.values()), ran
     assert tunnel(project)["pid"] == pid and state(project)["phase"] == "ready_tunneled"  # kept, not doubled
@@ -392,7 +397,8 @@ def test_a_second_up_changes_nothing_in_the_cloud(life):
 
 def test_ups_one_lookup_answers_as_the_info_modules_do(life):
     """rental_lookup (one login for a warm up's lookups) against compute_flavor_info, keypair_info,
-    volume_info, volume_snapshot_info, networks_info and server_info on the same rental."""
+    volume_info, volume_snapshot_info, networks_info, subnets_info, routers_info, port_info,
+    security_group_info and server_info on the same rental."""
     project, _ = life
     parity = REPO / "tests" / "ground" / "playbooks" / "lookup_parity.yml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_", "ANSIBLE_"))}
