@@ -85,8 +85,9 @@ def ssh_argv(key: Path = USER_KEY) -> list[str]:
 
 
 def ssh(address: str, command: str, key: Path = USER_KEY, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([*ssh_argv(key), f"root@{address}", command], capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    # stdin not the suite's: ssh would set that non-blocking while a Molecule run's ansible-playbook starts
+    return subprocess.run([*ssh_argv(key), f"root@{address}", command], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 def wait_for_ssh(address: str, timeout: float = 90) -> None:

@@ -35,6 +35,8 @@ def log_path(scenario: str) -> Path:
 
 
 def run(scenario: str) -> subprocess.CompletedProcess:
+    # stdin a /dev/null of its own: the suite's stdin is shared with every ssh a test starts, and ssh sets
+    # it non-blocking while it runs; an ansible-playbook starting then refuses ("requires blocking IO")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "GPU_RENT_", "MOLECULE_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     LOGS.mkdir(exist_ok=True)
@@ -42,7 +44,7 @@ def run(scenario: str) -> subprocess.CompletedProcess:
     env["ANSIBLE_LOG_PATH"] = str(log_path(scenario))
     return subprocess.run(
         [str(BIN / "molecule"), "test", "-s", scenario],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT,
+        cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip
 
 

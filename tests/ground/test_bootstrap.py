@@ -59,7 +59,7 @@ def run_playbook(name: str, host: tuple[str, str], workdir: Path, **extra) -> su
            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}  # fmt: skip
     return subprocess.run(
         [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "-e", f"@{extra_vars}", str(REPO / "playbooks" / name)],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=900,
+        cwd=workdir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
 
 

@@ -104,7 +104,7 @@ def play(host: Host, tmp_path: Path, **extra_vars) -> tuple[subprocess.Completed
     env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_PIPELINING="1")
     result = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     recaps = RECAP.findall(result.stdout)
     assert recaps, f"no PLAY RECAP:\n{result.stdout}\n{result.stderr}"

@@ -52,7 +52,7 @@ def playbook(project: Path, name: str, *args: str) -> subprocess.CompletedProces
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     return subprocess.run(
         ["ansible-playbook", str(REPO / "playbooks" / name), *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+        cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
@@ -404,8 +404,8 @@ def test_ups_one_lookup_answers_as_the_info_modules_do(life):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_", "ANSIBLE_"))}
     env.update(PATH=f"{BIN}{os.pathsep}{env['PATH']}", ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_VARS_PLUGINS=str(REPO / "playbooks" / "vars_plugins"))  # fmt: skip
-    result = subprocess.run(["ansible-playbook", str(parity)], cwd=project, env=env, capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+    result = subprocess.run(["ansible-playbook", str(parity)], cwd=project, env=env, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:]
     assert "ok=14" in result.stdout and "failed=0" in result.stdout
 

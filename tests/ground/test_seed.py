@@ -256,7 +256,8 @@ def start_play(
         argv.append("-" + "v" * verbosity)
     if check:
         argv.append("--check")
-    proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
     return proc, work
 
 
