@@ -1,11 +1,11 @@
 #!/usr/bin/python
-"""Ansible module: the first server of a rental, creating its two volumes only where it is placed."""
+"""Ansible module: a rental's server, creating its two volumes only where it is placed, or from them."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: fresh_server
-short_description: Create a rental's first server together with its boot and data volumes
+short_description: Create a rental's server together with its boot and data volumes, or from them
 description:
   - Creates a server whose block-device mappings make the boot volume (from an image) and the blank
     data volume, both with delete_on_termination false, in the server's pool.
@@ -16,16 +16,24 @@ description:
     marked so that no billable volume is left unnamed. A failed server is deleted; its volumes stay.
   - A server of that name that already exists (an up interrupted while waiting) is adopted: waited
     for, and its volumes named; it is never re-created.
+  - With I(volumes_exist), every later up - the server boots from the two volumes of that name, and
+    nothing is made but the server. It is waited for at a 1 s poll: openstack.cloud.server waits
+    through openstacksdk's wait_for_server, which polls every 5 s, and a warm up paid most of that.
+  - The server's port is returned, so the floating IP is attached without a lookup of its own.
 options:
   name: {description: Server name., required: true, type: str}
   flavor: {description: Flavor name or id., required: true, type: str}
-  image: {description: Image the boot volume is made from., required: true, type: str}
+  image: {description: Image the boot volume is made from (required unless I(volumes_exist))., type: str}
+  volumes_exist:
+    description: The boot and data volumes exist (found by name); the server boots from them.
+    type: bool
+    default: false
   pool: {description: Availability zone of the server and its volumes., required: true, type: str}
   network: {description: Network name or id., required: true, type: str}
   security_group: {description: Security group name., required: true, type: str}
   key_name: {description: Key pair name., required: true, type: str}
-  boot_volume: {description: "Boot volume: name, size (GiB), metadata.", required: true, type: dict}
-  data_volume: {description: "Data volume: name, size (GiB), metadata.", required: true, type: dict}
+  boot_volume: {description: "Boot volume: name, and size (GiB) and metadata when made.", required: true, type: dict}
+  data_volume: {description: "Data volume: name, and size (GiB) and metadata when made.", required: true, type: dict}
   volume_type: {description: Volume type of both volumes; null takes the cloud's default., type: str}
   tags: {description: Server tags., type: list, elements: str, default: []}
   metadata: {description: Server metadata., type: dict, default: {}}
@@ -38,6 +46,7 @@ placed: {description: Whether the server is ACTIVE., returned: always, type: boo
 pool: {description: Pool the server is in., returned: when placed, type: str}
 reason: {description: Why the cloud did not place the server (no room, quota)., returned: when not placed, type: str}
 server: {description: The server., returned: when placed, type: dict}
+ports: {description: "The server's ports (port_info's list).", returned: when placed, type: list}
 boot_volume: {description: Id of the boot volume., returned: when volumes were made, type: str}
 data_volume: {description: Id of the data volume., returned: when volumes were made, type: str}
 """
@@ -57,7 +66,8 @@ class FreshServerModule(OpenStackModule):
     argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
         name=dict(required=True),
         flavor=dict(required=True),
-        image=dict(required=True),
+        image=dict(),
+        volumes_exist=dict(type="bool", default=False),
         pool=dict(required=True),
         network=dict(required=True),
         security_group=dict(required=True),
@@ -71,6 +81,8 @@ class FreshServerModule(OpenStackModule):
 
     def run(self):
         p = self.params
+        if not p["volumes_exist"] and not p["image"]:  # the base class passes no required_if on
+            self.fail_json(msg="image is required when the create makes the volumes (volumes_exist false)")
         compute = self.conn.compute
         server = compute.find_server(p["name"], ignore_missing=True)
         changed = server is None
@@ -78,12 +90,15 @@ class FreshServerModule(OpenStackModule):
         server = self._create() if server is None else compute.get_server(server.id)
         server = self._wait(server)
         pool = server.availability_zone or p["pool"]
-        volumes = self._name_volumes(server, pool)
+        # volumes that existed were named by the up that made them; none was made here
+        volumes = self._name_volumes(server, pool) if not p["volumes_exist"] else {}
         renamed = volumes.pop("renamed", False)
         if server.status == "ACTIVE":
+            ports = [port.to_dict(computed=False) for port in self.conn.network.ports(device_id=server.id)]
             self.exit_json(
-                changed=changed or renamed, placed=True, pool=pool, server=server.to_dict(computed=False), **volumes
-            )
+                changed=changed or renamed, placed=True, pool=pool, server=server.to_dict(computed=False),
+                ports=ports, **volumes,
+            )  # fmt: skip
         fault = (server.fault or {}).get("message") or f"server ended in {server.status}"
         compute.delete_server(server.id)
         compute.wait_for_delete(server, wait=self.params["timeout"])
@@ -98,8 +113,19 @@ class FreshServerModule(OpenStackModule):
         p = self.params
         compute = self.conn.compute
         flavor = compute.find_flavor(p["flavor"], ignore_missing=False)
-        image = self.conn.image.find_image(p["image"], ignore_missing=False)
         network = self.conn.network.find_network(p["network"], ignore_missing=False)
+        if p["volumes_exist"]:
+            storage = self.conn.block_storage
+            mappings = [
+                self._existing(storage.find_volume(p[role]["name"], ignore_missing=False), index)
+                for role, index in (("boot_volume", 0), ("data_volume", -1))
+            ]
+        else:
+            image = self.conn.image.find_image(p["image"], ignore_missing=False)
+            mappings = [
+                self._mapping(p["boot_volume"], 0, source="image", uuid=image.id),
+                self._mapping(p["data_volume"], -1, source="blank"),
+            ]
         try:
             return compute.create_server(
                 name=p["name"],
@@ -110,16 +136,24 @@ class FreshServerModule(OpenStackModule):
                 key_name=p["key_name"],
                 tags=p["tags"],
                 metadata=p["metadata"],
-                block_device_mapping=[
-                    self._mapping(p["boot_volume"], 0, source="image", uuid=image.id),
-                    self._mapping(p["data_volume"], -1, source="blank"),
-                ],
+                block_device_mapping=mappings,
             )
         except self.sdk.exceptions.HttpException as e:
             found = NO_ROOM.search(str(e))
             if found:  # refused at the API: nothing was created
                 self.exit_json(changed=False, placed=False, reason=found.group(0))
             raise
+
+    @staticmethod
+    def _existing(volume, boot_index: int) -> dict:
+        """A volume the server boots from or attaches, kept when the server is deleted."""
+        return {
+            "boot_index": boot_index,
+            "uuid": volume.id,
+            "source_type": "volume",
+            "destination_type": "volume",
+            "delete_on_termination": False,
+        }
 
     def _mapping(self, volume: dict, boot_index: int, **source) -> dict:
         mapping = {
@@ -140,7 +174,7 @@ class FreshServerModule(OpenStackModule):
             server = self.conn.compute.get_server(server.id)
             if server.status != "BUILD" or time.monotonic() > deadline:
                 return server
-            time.sleep(2)
+            time.sleep(1)
 
     def _name_volumes(self, server, pool: str) -> dict:
         """Give every volume this server's create made its rental name and marks, so none is left unnamed."""
