@@ -1,0 +1,28 @@
+"""Which servers stop may delete (plugins/modules/rental_server_delete.py): gpu-rent's alone."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location(
+    "rental_server_delete", Path(__file__).resolve().parents[2] / "plugins" / "modules" / "rental_server_delete.py"
+)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+
+
+@pytest.mark.parametrize(
+    ("server", "ours"),
+    [
+        ({"tags": ["gpu-rent", "preemptible"], "metadata": {}}, True),
+        ({"tags": None, "metadata": {"gpu-rent": "my-project"}}, True),  # a cloud without tags: the mark
+        ({"tags": ["preemptible"], "metadata": {"gpu-rent": ""}}, False),  # an empty mark is no mark
+        ({"tags": [], "metadata": None}, False),
+        ({}, False),
+    ],
+)
+def test_only_a_server_with_the_tag_or_the_mark_is_ours(server, ours):
+    assert module.ours(server) is ours
