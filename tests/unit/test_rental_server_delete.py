@@ -26,3 +26,9 @@ spec.loader.exec_module(module)
 )
 def test_only_a_server_with_the_tag_or_the_mark_is_ours(server, ours):
     assert module.ours(server) is ours
+
+
+@pytest.mark.parametrize(("status", "gone"), [(None, True), ("DELETED", True), ("deleted", True), ("ACTIVE", False)])
+def test_a_server_not_found_or_deleted_is_gone(status, gone):
+    server = None if status is None else type("Server", (), {"status": status})()
+    assert module.gone(server) is gone
