@@ -319,16 +319,19 @@ def settle(address: str) -> dict:
     )
 
 
-def restart_swarmui(address: str, how: str = "restart") -> None:
+def systemctl_swarmui(address: str, how: str) -> None:
+    """`systemctl HOW swarmui` on the VM, saying where a slow one spent its time."""
     started = time.monotonic()
-    restarted = ssh(address, f"systemctl {how} swarmui", timeout=120)
+    done = ssh(address, f"systemctl {how} swarmui", timeout=120)
     took = time.monotonic() - started
     if took > 20:  # the stand-in's stop is seconds; say where a slow one spent its time
         print(f"systemctl {how} swarmui took {took:.0f} s:")
         print(ssh(address, "journalctl -u swarmui -o short-precise --no-pager --since=-150s | tail -60").stdout)
-    assert restarted.returncode == 0, restarted.stderr
-    if how == "stop":
-        return
+    assert done.returncode == 0, done.stderr
+
+
+def restart_swarmui(address: str) -> None:
+    systemctl_swarmui(address, "restart")
     wait_until("SwarmUI answering after its restart", lambda: aggregate(address) not in ("", "loading"), 90)
 
 
@@ -452,8 +455,8 @@ def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_a
           idle_killer_billing_hour="rental", idle_killer_rental_started_at=str(paid_until - 3600),
           idle_killer_billing_margin_seconds=margin)  # fmt: skip
     assert next_reason(address)["reason"].startswith("grace after boot")
-    # twice in full ground runs (never alone) this stop outlived the helper's 30 s: the journal says why
-    restart_swarmui(address, "stop")
+    # twice in full ground runs (never alone) this stop outlived ssh's 30 s: the journal says why
+    systemctl_swarmui(address, "stop")
     seen = wait_until(
         "SwarmUI counted as busy",
         lambda: (s := next_reason(address)) and s["reason"].startswith("SwarmUI not answering") and s,
