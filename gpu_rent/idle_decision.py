@@ -84,6 +84,9 @@ class LlmLook:
     runtime: str  # "ollama" or "llamacpp"
     # Ollama's GET /api/ps: each loaded model's name and when its keep-alive ends (unix time; None: not told)
     models: tuple[tuple[str, float | None], ...] = ()
+    # llama.cpp's GET /props: its model loaded (not is_sleeping), from a request until --sleep-idle-seconds after
+    # the last one; None: not told (a llama-server without sleep support), then its slots are read
+    awake: bool | None = None
     slots: tuple[bool, ...] | None = None  # llama.cpp's GET /slots: each slot's is_processing; None: not read
     # llama.cpp's GET /metrics, read when /slots is off: requests processing plus deferred; None: not read
     requests: int | None = None
@@ -347,6 +350,8 @@ def _llm_work(seen: Observation, limits: Limits, before: dict) -> str | None:
             kept = f" (keep-alive for {_minutes(ends - seen.now)} more)"
         more = f" and {len(told) - 1} more" if len(told) > 1 else ""
         return f"LLM runtime: model {_line(name)} loaded{kept}{more}"
+    if llm.awake:
+        return "LLM runtime: llama.cpp model loaded (it sleeps once unused for its --sleep-idle-seconds)"
     if llm.slots and any(llm.slots):
         slots = _plural(len(llm.slots), "slot")
         return f"LLM runtime: {sum(llm.slots)} of {len(llm.slots)} llama.cpp {slots} processing"
@@ -391,6 +396,8 @@ def _quiet_llm(seen: Observation) -> str | None:
         return f"{name} not read ({_line(llm.error)})"
     if llm.runtime == "ollama":
         return "no Ollama model loaded"
+    if llm.awake is False:
+        return "llama.cpp model asleep"
     return "no llama.cpp slot processing" if llm.slots is not None else "no llama.cpp request"
 
 

@@ -236,9 +236,24 @@ def _ollama_look(url: str, timeout: float) -> LlmLook:
 
 
 def _llamacpp_look(url: str, timeout: float) -> LlmLook:
-    """GET /slots (llama.cpp's tools/server/README.md: a list of slots, each with is_processing); where
-    llama-server runs with --no-slots, GET /metrics (only with --metrics): the gauges
-    llamacpp:requests_processing and llamacpp:requests_deferred."""
+    """GET /props first: is_sleeping tells whether the model is loaded, and asking it neither wakes a sleeping
+    server nor restarts its countdown to sleep (tools/server/server-context.cpp: /props, /health and /models
+    answer from the state saved at sleep; /slots and /metrics are tasks, and a task wakes the server or
+    restarts the countdown, so reading them each tick would keep the model in VRAM for ever). Where /props
+    tells no is_sleeping (a build without --sleep-idle-seconds): GET /slots (tools/server/README.md: a list
+    of slots, each with is_processing); where llama-server runs with --no-slots, GET /metrics (only with
+    --metrics): the gauges llamacpp:requests_processing and llamacpp:requests_deferred."""
+    try:
+        props = json.loads(_get(f"{url}/props", timeout))
+        if not isinstance(props, dict):
+            raise ValueError("/props is not an object")
+        if isinstance(props.get("is_sleeping"), bool):
+            return LlmLook("llamacpp", awake=not props["is_sleeping"])
+    except urllib.error.HTTPError as e:
+        if e.code not in _ROUTE_OFF:
+            return _llm_unread("llamacpp", e)
+    except (OSError, ValueError, TypeError) as e:
+        return _llm_unread("llamacpp", e)
     try:
         slots = json.loads(_get(f"{url}/slots", timeout))
         if not isinstance(slots, list) or not all(isinstance(s, dict) and "is_processing" in s for s in slots):

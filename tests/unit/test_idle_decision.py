@@ -543,12 +543,15 @@ def test_a_model_kept_loaded_for_ever_tells_nothing_of_its_use_trouble_capped():
          "no llama.cpp slot processing"),
         (LlmLook("llamacpp", requests=2), "LLM runtime: 2 llama.cpp requests processing or deferred",
          "no llama.cpp request"),
+        (LlmLook("llamacpp", awake=True), "LLM runtime: llama.cpp model loaded (it sleeps once unused for its "
+         "--sleep-idle-seconds)", "llama.cpp model asleep"),
     ],
 )  # fmt: skip
 def test_a_llamacpp_slot_or_request_at_work_keeps_the_vm_and_a_quiet_one_is_said(look, busy, quiet):
     working = decide(seen(llm=look), LIMITS, Memory(idle_since=LATE - 40 * MIN))
     assert working.action == KEEP and working.reason == busy and working.fires_at is None
-    idle = replace(look, slots=tuple(False for _ in look.slots) if look.slots else None, requests=look.requests and 0)
+    idle = replace(look, slots=tuple(False for _ in look.slots) if look.slots else None, requests=look.requests and 0,
+                   awake=False if look.awake else None)  # fmt: skip
     assert decide(seen(llm=idle), LIMITS, Memory()).reason == f"queue empty, {quiet}, idle for 0 min"
 
 

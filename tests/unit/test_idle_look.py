@@ -314,6 +314,7 @@ class Runtime:
 
     def __init__(self, routes: dict):
         self.routes = routes
+        self.paths: list[str] = []  # each GET's path, in order
         runtime = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -321,6 +322,7 @@ class Runtime:
                 pass
 
             def do_GET(self):
+                runtime.paths.append(self.path)
                 answer = runtime.routes.get(self.path, (404, "text/plain", b"404 page not found"))
                 if answer == "hang":
                     time.sleep(3)
@@ -368,6 +370,24 @@ def test_ollama_lists_its_loaded_models_with_when_their_keep_alive_ends(runtime)
 def test_llamacpp_tells_each_slots_work(runtime):
     server = runtime({"/slots": as_json([llamacpp_slot(0, True), llamacpp_slot(1, False)])})
     assert llm_look("llamacpp", server.url) == LlmLook("llamacpp", slots=(True, False))
+
+
+def test_llamacpp_that_sleeps_is_read_from_props_alone_which_neither_wakes_it_nor_keeps_it_awake(runtime):
+    """/slots and /metrics are tasks to llama-server (server-context.cpp): asked each tick they would wake a
+    sleeping model or restart its countdown, and it would never give its VRAM back."""
+    slots = as_json([llamacpp_slot(0, True)])
+    server = runtime({"/props": as_json({"total_slots": 4, "is_sleeping": False}), "/slots": slots})
+    assert llm_look("llamacpp", server.url) == LlmLook("llamacpp", awake=True)
+    server.routes["/props"] = as_json({"total_slots": 4, "is_sleeping": True})
+    assert llm_look("llamacpp", server.url) == LlmLook("llamacpp", awake=False)
+    assert server.paths == ["/props", "/props"]  # never /slots
+    # a build whose /props tells no is_sleeping: its slots are read
+    server.routes["/props"] = as_json({"total_slots": 4})
+    assert llm_look("llamacpp", server.url) == LlmLook("llamacpp", slots=(True,))
+    # loading (every route answers 503 Loading model): it runs and does not tell
+    server.routes["/props"] = as_json({"error": {"code": 503, "message": "Loading model"}}, 503)
+    look = llm_look("llamacpp", server.url)
+    assert look.silent is True and look.error == "HTTP 503 Service Unavailable", look
 
 
 def test_llamacpp_without_slots_is_read_from_its_metrics_and_without_both_only_named(runtime):
