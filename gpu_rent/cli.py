@@ -27,7 +27,7 @@ import typer
 from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view
+from gpu_rent import __version__, cloud, config, killer_view, llm_models
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.lazy import lazy
@@ -254,8 +254,7 @@ def setup(
         typer.Option(
             "--llm-runtime",
             metavar="[none|ollama|llamacpp]",
-            help="An LLM runtime beside SwarmUI on the VM's GPU (LLM_RUNTIME); up installs ollama, llamacpp is not "
-            "installed by up yet.",
+            help="An LLM runtime beside SwarmUI on the VM's GPU (LLM_RUNTIME): Ollama or llama.cpp's llama-server.",
             show_default="the project's, or none",
         ),
     ] = None,
@@ -512,9 +511,9 @@ def seed_autocomplete(project: ProjectOption = Path(".")) -> None:
 
 @app.command("seed-llm")
 def seed_llm(project: ProjectOption = Path(".")) -> None:
-    """Install the LLM runtime (LLM_RUNTIME=ollama) on the running VM and pull ollama-models.yaml's models.
+    """Install the LLM runtime (LLM_RUNTIME=ollama or llamacpp) on the running VM and bring ollama-models.yaml's models.
 
-    A model already there is not pulled again; an interrupted pull resumes.
+    A model already there is not downloaded again; an interrupted download resumes.
     """
     settings = _settings(project)
     try:
@@ -522,10 +521,11 @@ def seed_llm(project: ProjectOption = Path(".")) -> None:
     except HANDLED as e:
         raise _fail(e) from None
     count = len(settings.llm_models)
-    console.print(f"[green]seeded[/] the LLM runtime: Ollama and {count} model{'' if count == 1 else 's'} in place")
+    runtime = llm_models.NAMES[settings.llm_runtime]
+    console.print(f"[green]seeded[/] the LLM runtime: {runtime} and {count} model{'' if count == 1 else 's'} in place")
     running = watchdog.read_record(settings)
     if running is not None and running.get("llm_url"):
-        console.print(f"[green]tunnel[/]: {running['llm_url']} → ollama on the VM")
+        console.print(f"[green]tunnel[/]: {running['llm_url']} → {runtime} on the VM")
     elif running is not None:  # opened while LLM_RUNTIME was none: it forwards SwarmUI's port alone
         note(
             f"the running tunnel forwards no LLM port: `gpu-rent tunnel --close`, then `gpu-rent tunnel --background` "

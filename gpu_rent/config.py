@@ -122,9 +122,9 @@ KEYS: dict[str, Key] = {
         "the LLM runtime's port on the VM, on 127.0.0.1 only (reached only through SSH)",
     ),
     "LLM_RELEASE_URL": Key(
-        "an https or http URL of a .tar.zst",
+        "an https or http URL of a .tar.zst (ollama) or .tar.gz (llamacpp)",
         None,
-        "Ollama's release archive from a mirror of yours, its sha256sum.txt beside it (empty: upstream's release)",
+        "the LLM runtime's release archive from a mirror of yours, its sha256sum.txt beside it (empty: upstream's)",
     ),
     "PULL_OUTPUT": Key("true/false, yes/no, on/off or 1/0", True, "copy generated images here before stopping"),
     "KEEP_FLOATING_IP": Key("true/false, yes/no, on/off or 1/0", False, "keep the floating IP between rentals"),
@@ -283,7 +283,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "LLM_REMOTE_PORT": _whole(1, 65535),
     # no user:secret@ in it: the URL shows in the playbook's output and in the VM's install stamp
     "LLM_RELEASE_URL": _matching(
-        r"https?://[^\s/@]+/\S*\.tar\.zst", "is not an https or http URL of a .tar.zst (and no user@ in it)"
+        r"https?://[^\s/@]+/\S*\.tar\.(zst|gz)",
+        "is not an https or http URL of a .tar.zst or .tar.gz (and no user@ in it)",
     ),
     "PULL_OUTPUT": _bool,
     "KEEP_FLOATING_IP": _bool,
@@ -403,7 +404,24 @@ def _values_of(found: dict[str, tuple[str, int]]) -> dict[str, Any]:
         except _Bad as bad:
             raise ConfigError(VARS_FILE, f"{key}={_shown(raw)} {bad} ({spec.kind})", line=line, key=key) from None
     _ports_apart(values, found)
+    _release_fits(values, found)
     return values
+
+
+# each runtime's release archive as upstream publishes it: Ollama's .tar.zst, llama.cpp's .tar.gz
+_RELEASE_SUFFIX = {"ollama": ".tar.zst", "llamacpp": ".tar.gz"}
+
+
+def _release_fits(values: dict[str, Any], found: dict[str, tuple[str, int]]) -> None:
+    url, runtime = values["LLM_RELEASE_URL"], values["LLM_RUNTIME"]
+    if url is None or runtime not in _RELEASE_SUFFIX or url.endswith(_RELEASE_SUFFIX[runtime]):
+        return
+    raise ConfigError(
+        VARS_FILE,
+        f"LLM_RELEASE_URL={_shown(url)} is not a {_RELEASE_SUFFIX[runtime]}: LLM_RUNTIME={runtime}'s release is one",
+        line=found["LLM_RELEASE_URL"][1] if "LLM_RELEASE_URL" in found else None,
+        key="LLM_RELEASE_URL",
+    )
 
 
 # each LLM port against SwarmUI's on the same side of the tunnel: one port cannot forward, or serve, both

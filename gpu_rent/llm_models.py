@@ -34,6 +34,8 @@ from gpu_rent import ollama_name
 
 MODELS_FILE = "ollama-models.yaml"
 RUNTIMES = ("ollama", "llamacpp")
+# how each runtime is named to the user
+NAMES = {"ollama": "Ollama", "llamacpp": "llama.cpp"}
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 # a file name that stays where it is put, as seed.yml's names; a GGUF file by its extension
 _GGUF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._ +()-]{0,199}\.gguf", re.IGNORECASE)

@@ -79,12 +79,6 @@ def refuse_unsupported(settings: Settings) -> None:
     why = swarmui_versions.refusal(settings.swarmui_version)
     if why:
         raise ConfigError(VARS_FILE, why, key="SWARMUI_VERSION")
-    if settings.llm_runtime == "llamacpp":  # until up installs it: a tunnel to nothing would mislead
-        raise ConfigError(
-            VARS_FILE,
-            "LLM_RUNTIME=llamacpp: this gpu-rent installs only Ollama on the VM yet; set LLM_RUNTIME=ollama or none",
-            key="LLM_RUNTIME",
-        )
 
 
 def preflight(settings: Settings, view: cloud.CloudView, conn) -> None:
@@ -266,10 +260,10 @@ class Rental:
 
     def seed_llm(self) -> State:
         """The LLM runtime and the models of ollama-models.yaml on the running VM (what up does with it on)."""
-        if self.settings.llm_runtime != "ollama":
+        if self.settings.llm_runtime == "none":
             raise ConfigError(
                 VARS_FILE,
-                f"LLM_RUNTIME={self.settings.llm_runtime}: seed-llm installs Ollama; set LLM_RUNTIME=ollama",
+                "LLM_RUNTIME=none: no LLM runtime to install; set LLM_RUNTIME=ollama or llamacpp",
                 key="LLM_RUNTIME",
             )
         with self.store.lock("seed-llm"):

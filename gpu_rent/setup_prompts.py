@@ -32,7 +32,7 @@ USUAL_PLACES = "./clouds.yaml, ~/.config/openstack/clouds.yaml, /etc/openstack/c
 LLM_RUNTIME_LINES = {
     NONE: f"{NONE}: SwarmUI alone on the GPU",
     "ollama": f"ollama: Ollama, installed by up; its models listed in {MODELS_FILE}",
-    "llamacpp": f"llamacpp: llama.cpp's llama-server, models in {MODELS_FILE} (up does not install it yet)",
+    "llamacpp": f"llamacpp: llama.cpp's llama-server, installed by up; its GGUF models listed in {MODELS_FILE}",
 }
 
 

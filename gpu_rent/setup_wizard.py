@@ -45,8 +45,8 @@ ollama: []
 #   - name: qwen3:4b
 #     digest: sha256:<64 hex digits>          # optional: the manifest the pull must give
 
-# llama.cpp (LLM_RUNTIME=llamacpp): GGUF files, each checked by its sha256. gpu-rent up does not install
-# llama.cpp yet (it refuses LLM_RUNTIME=llamacpp); the list is checked all the same.
+# llama.cpp (LLM_RUNTIME=llamacpp): GGUF files, each checked by its sha256; llama-server serves the one
+# marked serve: true, and is not started while none is listed.
 llamacpp: []
 #   - url: https://huggingface.co/<repo>/resolve/main/model-Q4_K_M.gguf
 #     sha256: <64 hex digits>

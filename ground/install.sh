@@ -37,7 +37,7 @@ if [ ! -e "$OSVENV/.installed" ]; then
 fi
 
 "$GROUND_SRC/targethost/setup-podman.sh"
-if ! podman image exists localhost/gpu-rent-ground-host:2; then
+if ! podman image exists localhost/gpu-rent-ground-host:3; then
   log "building the target-host image (debootstrap, once)"
 fi
 "$GROUND_SRC/targethost/build-image.sh" "$CACHE/host" >/dev/null

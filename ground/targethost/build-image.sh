@@ -4,14 +4,15 @@
 # Usage: build-image.sh CACHE_DIR   -> prints the image name
 set -euo pipefail
 cache=$1
-image=localhost/gpu-rent-ground-host:2
+image=localhost/gpu-rent-ground-host:3
 rootfs=$cache/rootfs
 # What a GPU cloud's Ubuntu/Debian image ships with, so roles meet a realistic host:
 # git, curl and python3-apt are present on those images; systemd and sshd are the point.
 # python3-venv, python3-pip and wget: what SwarmUI's ComfyUI install needs, so bootstrap's package
 # step has nothing to fetch here (the hosts have no internet). zstd: Ollama's release is a .tar.zst,
-# which the llm_runtime role unpacks with it (upstream's install.sh needs it too).
-packages=systemd,systemd-sysv,dbus,openssh-server,python3,python3-apt,python3-venv,python3-pip,wget,sudo,iproute2,util-linux,e2fsprogs,xfsprogs,udev,procps,ca-certificates,git,curl,gnupg,locales,less,kmod,zstd
+# which the llm_runtime role unpacks with it (upstream's install.sh needs it too). libgomp1, libvulkan1:
+# what llama.cpp's Linux build links and loads, which the role installs where they are missing.
+packages=systemd,systemd-sysv,dbus,openssh-server,python3,python3-apt,python3-venv,python3-pip,wget,sudo,iproute2,util-linux,e2fsprogs,xfsprogs,udev,procps,ca-certificates,git,curl,gnupg,locales,less,kmod,zstd,libgomp1,libvulkan1
 
 # the marker holds the package list: a changed list builds the root filesystem anew
 if podman image exists "$image" && [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" = "$packages" ]; then

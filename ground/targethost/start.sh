@@ -32,7 +32,7 @@ start_bg api-forward "$LOG/api-forward.log" "$OSVENV/bin/python" -m gpu_rent_gro
 
 start_bg agent "$LOG/agent.log" env OS_CLIENT_CONFIG_FILE="$G/clouds.yaml" OS_CLOUD=ground-admin \
   "$OSVENV/bin/python" -m gpu_rent_ground.agent --state "$S/hosts" \
-  --image localhost/gpu-rent-ground-host:2 --network "$PODNET" \
+  --image localhost/gpu-rent-ground-host:3 --network "$PODNET" \
   --base-rootfs "$CACHE/host/rootfs" --operator-key "$CACHE/host/id_ed25519.pub" \
   --api-gateway "$EXT_GW" --api-ports "$HOST_API_PORTS"
 sleep 1

@@ -1,8 +1,10 @@
-"""The Ollama stand-in's release and its registry, served on the ground bridge for the llm_runtime scenario.
+"""The LLM runtimes' stand-ins, served on the ground bridge for the llm_runtime scenario and test_rental.
 
     standin.py start --dir DIR [--host 10.231.7.1]   build the release (ground/ollama-standin/release.py) into
-        DIR/release and the tiny model (registry.py write_model) into DIR/registry, serve both on free ports of
-        HOST, and write DIR/served.json: the release URL, the model's name and manifest digest, the two pids
+        DIR/release and the tiny model (registry.py write_model) into DIR/registry, and llama.cpp's release
+        (ground/llamacpp-standin/release.py) with a tiny GGUF file into DIR/release/llamacpp; serve both on free
+        ports of HOST, and write DIR/served.json: the release URLs, the model's name and manifest digest, the
+        GGUF file's URL and sha256, the release server's log (one line per request), the two pids
     standin.py stop --dir DIR                        end exactly the processes served.json names, by pid
 
 The ground hosts reach this machine at the bridge's address (ground/lib.sh EXT_GW), as tests/ground/test_seed.py
@@ -26,6 +28,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "ground" / "ollama-standin"
+LLAMACPP = REPO / "ground" / "llamacpp-standin"
+GGUF_NAME = "tiny-q4.gguf"
+GGUF_SIZE = 3 * 1000 * 1000
 MODEL = "library/tiny:latest"
 MODEL_SIZE = 4 * 1000 * 1000
 # Slow enough that the role's follow-up looks at the pull a few times, each with its progress line.
@@ -111,6 +116,9 @@ def start(directory: Path, host: str) -> dict:
     registry = _script("ollama_standin_registry", STANDIN / "registry.py")
     archive = release.build_release(directory / "release")
     written = registry.write_model(directory / "registry", MODEL, MODEL_SIZE)
+    llamacpp = directory / "release" / "llamacpp"  # a folder of its own: its sha256sum.txt beside its archive
+    llamacpp_archive = _script("llamacpp_standin_release", LLAMACPP / "release.py").build_release(llamacpp)
+    gguf_sha256 = _script("llamacpp_standin_gguf", LLAMACPP / "gguf.py").write_model(llamacpp / GGUF_NAME, GGUF_SIZE)
     release_port, registry_port = free_ports(host, 2)
     pids = {
         "release": spawn([sys.executable, "-m", "http.server", "--bind", host, "--directory",
@@ -124,6 +132,10 @@ def start(directory: Path, host: str) -> dict:
         "model": f"{host}:{registry_port}/{written['name']}",
         "digest": f"sha256:{written['digest']}",
         "size": written["size"],
+        "llamacpp_release_url": f"http://{host}:{release_port}/llamacpp/{llamacpp_archive.name}",
+        "gguf_url": f"http://{host}:{release_port}/llamacpp/{GGUF_NAME}",
+        "gguf_sha256": gguf_sha256,
+        "release_log": str(directory / "release.log"),
         "pids": pids,
     }
     (directory / "served.json").write_text(json.dumps(served, indent=2) + "\n")

@@ -116,11 +116,21 @@ class LlmServed:
         self.release_url, self.model, self.digest, self.size = (
             served["release_url"], served["model"], served["digest"], served["size"]
         )  # fmt: skip
+        # llama.cpp's stand-in release (ground/llamacpp-standin) and a GGUF file, served beside Ollama's
+        self.llamacpp_release_url, self.gguf_url, self.gguf_sha256 = (
+            served["llamacpp_release_url"], served["gguf_url"], served["gguf_sha256"]
+        )  # fmt: skip
+        self.release_log = Path(served["release_log"])
         self.first_up: subprocess.CompletedProcess | None = None  # the up that turned the runtime on
 
     def registry(self, route: str, body: dict | None = None) -> dict:
         base = "http://" + self.model.split("/", 1)[0]
         return http(base + route, "POST" if body is not None else "GET", body)
+
+    def gguf_gets(self) -> int:
+        """GETs of the GGUF file the release server answered (http.server logs one line per request)."""
+        name = self.gguf_url.rsplit("/", 1)[1]
+        return sum(f'"GET /llamacpp/{name} ' in line for line in self.release_log.read_text().splitlines())
 
     def blob_gets(self, since: int = 0) -> list[dict]:
         requests = self.registry("/standin/stats")["requests"][since:]
@@ -765,6 +775,69 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_
     assert "the VM before this one was deleted by the idle-killer at" in told, told[-3000:]
     assert "deleting this server)" in told, told[-3000:]
     assert ours.killer_credential() is not None and status(project)["last_end"] is None  # a server again
+
+
+def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loaded_model_keeps_the_vm(life, llm):
+    """LLM_RUNTIME switched to llamacpp on the running VM (the idle-killer's last up brought it back): up installs
+    llama-server from the release mirror, downloads the GGUF file once onto the data volume, stops Ollama (the
+    same port) and serves the file on 127.0.0.1 through the same tunnel port; a request at work keeps the VM."""
+    project, ours = life
+    address = state(project)["resources"]["floating_ip_address"]
+    settings = (project / "gpu-rent.vars").read_text()
+    settings = re.sub(r"^LLM_RUNTIME=.*$", "LLM_RUNTIME=llamacpp", settings, flags=re.M)
+    settings = re.sub(r"^LLM_RELEASE_URL=.*$", f"LLM_RELEASE_URL={llm.llamacpp_release_url}", settings, flags=re.M)
+    (project / "gpu-rent.vars").write_text(settings)
+    with open(project / "ollama-models.yaml", "a") as f:
+        f.write(f"llamacpp:\n  - url: {llm.gguf_url}\n    sha256: {llm.gguf_sha256}\n    serve: true\n")
+    switched = up(project)
+    assert switched.returncode == 0, switched.stdout[-3000:] + switched.stderr[-3000:]
+    assert llm_url(project) in switched.stdout
+    gguf = "/mnt/swarm_data/Models/LLM/tiny-q4.gguf"
+    look = ("systemctl is-active llama-server; systemctl is-enabled llama-server; systemctl is-active ollama; "
+            f"systemctl is-enabled ollama; sha256sum {gguf} | cut -d' ' -f1; ss -ltnH 'sport = :11434'")  # fmt: skip
+    lines = ssh(address, look).stdout.splitlines()
+    assert lines[:5] == ["active", "enabled", "inactive", "disabled", llm.gguf_sha256], lines
+    assert [line.split()[3] for line in lines[5:]] == ["127.0.0.1:11434"]  # never the network
+    # through the tunnel, on the same laptop port Ollama had
+    assert http(f"{llm_url(project)}/health") == {"status": "ok"}
+    assert [m["id"] for m in http(f"{llm_url(project)}/v1/models")["data"]] == ["tiny-q4"]
+    # the file came once: seed-llm again finds it in place and downloads nothing
+    assert llm.gguf_gets() == 1
+    again = gpu_rent(project, "seed-llm")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "llama.cpp and 1 model in place" in again.stdout and llm.gguf_gets() == 1
+    # llama-server awake (its model loaded) keeps the VM; asleep it is quiet. The killer reads /props, which
+    # neither wakes it nor restarts its countdown to sleep; here it sleeps 4 s after a request, the killer ticks
+    # every 2 s (seed_llm.yml re-arms the killer and reconfigures llama-server in one run)
+    quick = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 600, "idle_killer_tick_seconds": 2,
+             "llm_runtime_llamacpp_sleep_seconds": 4}  # fmt: skip
+    rearmed = playbook(project, "seed_llm.yml", *[f"-e{k}={v}" for k, v in quick.items()])
+    assert rearmed.returncode == 0, rearmed.stdout[-3000:]
+
+    def report() -> dict:
+        read = ssh(address, "cat /run/gpu-rent/idle-killer.json")
+        return json.loads(read.stdout) if read.returncode == 0 else {}
+
+    def tick_after(moment: float) -> dict:
+        return wait_until("the killer's tick", lambda: (r := report()).get("tick_at", 0) > moment and r, 60, 1)
+
+    asleep = wait_until("llama-server asleep", lambda: "llama.cpp model asleep" in tick_after(time.time())["reason"])
+    assert asleep and ours.servers()[0].status == "ACTIVE"
+    body = json.dumps({"prompt": "hi", "n_predict": 200})  # 10 s at the stand-in's 20 tokens/s
+    started = time.time()
+    answering = subprocess.Popen(  # a request of its own, running while the killer looks
+        [sys.executable, "-c", "import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
+         "sys.argv[1], sys.argv[2].encode(), {'Content-Type': 'application/json'}), timeout=120).read()",
+         f"{llm_url(project)}/completion", body], stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        told = tick_after(started + 1)
+        assert told["reason"].startswith("LLM runtime: llama.cpp model loaded"), told
+        assert answering.poll() is None  # the request still ran when the killer looked
+    finally:
+        assert answering.wait(timeout=120) == 0
+    assert ours.servers()[0].status == "ACTIVE"
+    # done, it sleeps 4 s later and gives its VRAM back: the killer is quiet again
+    wait_until("asleep again", lambda: "llama.cpp model asleep" in tick_after(time.time())["reason"], 60, 1)
 
 
 def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(life):

@@ -122,7 +122,8 @@ BAD = [
     ("llm port out of range", V + "LLM_REMOTE_PORT=65536\n", CLOUD_ENV, "gpu-rent.vars:4", "LLM_REMOTE_PORT",
      "out of range"),
     ("llm release not an archive url", V + "LLM_RELEASE_URL=ftp://mirror/ollama.tgz\n", CLOUD_ENV, "gpu-rent.vars:4",
-     "LLM_RELEASE_URL=ftp://mirror/ollama.tgz", "is not an https or http URL of a .tar.zst (and no user@ in it)"),
+     "LLM_RELEASE_URL=ftp://mirror/ollama.tgz",
+     "is not an https or http URL of a .tar.zst or .tar.gz (and no user@ in it)"),
     ("llm release with a password", V + "LLM_RELEASE_URL=https://me:pw@mirror/o.tar.zst\n", CLOUD_ENV,
      "gpu-rent.vars:4", "LLM_RELEASE_URL=https://***@mirror/o.tar.zst", "no user@ in it"),
     ("bad llm switch", V + "IDLE_LLM=sometimes\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_LLM=sometimes", "yes/no"),
@@ -307,6 +308,23 @@ def test_the_llm_settings(tmp_path: Path) -> None:
     assert s.llm_release_url is None
     mirror = "https://mirror.example/ollama/v0.32.15/ollama-linux-amd64.tar.zst"
     assert load(make_project(tmp_path, V + f"LLM_RELEASE_URL={mirror}\n")).llm_release_url == mirror
+    gz = "https://mirror.example/llama.cpp/b1/llama-b1-bin-ubuntu-vulkan-x64.tar.gz"
+    llamacpp = V + f"LLM_RUNTIME=llamacpp\nLLM_RELEASE_URL={gz}\n"
+    assert load(make_project(tmp_path, llamacpp)).llm_release_url == gz
+
+
+@pytest.mark.parametrize(
+    ("runtime", "url", "said"),
+    [
+        ("ollama", "https://m/llama-b1-bin-ubuntu.tar.gz", "is not a .tar.zst: LLM_RUNTIME=ollama's release is one"),
+        ("llamacpp", "https://m/ollama-linux-amd64.tar.zst", "is not a .tar.gz: LLM_RUNTIME=llamacpp's release is one"),
+    ],
+)
+def test_a_release_url_of_the_other_runtime_is_refused_on_its_line(tmp_path, runtime, url, said):
+    text = V + f"LLM_RUNTIME={runtime}\nLLM_RELEASE_URL={url}\n"
+    assert load_error(make_project(tmp_path, text)) == f"gpu-rent.vars:5: LLM_RELEASE_URL={url} {said}"
+    # with no runtime the URL is read by nothing
+    assert load(make_project(tmp_path, V + f"LLM_RELEASE_URL={url}\n")).llm_release_url == url
 
 
 @pytest.mark.parametrize(

@@ -262,20 +262,6 @@ def test_dry_run_refuses_a_bad_models_file_in_one_line_before_the_cloud(dead_clo
         assert not (dead_cloud_project / ".gpu-rent" / "state.json").exists()
 
 
-def test_up_refuses_llamacpp_it_cannot_install_yet_before_the_cloud(dead_cloud_project):
-    """Until up installs llama.cpp, LLM_RUNTIME=llamacpp would forward a port to nothing: bad input, nothing rented."""
-    from gpu_rent.cli import app
-
-    with (dead_cloud_project / "gpu-rent.vars").open("a") as f:
-        f.write("LLM_RUNTIME=llamacpp\n")
-    result = CliRunner().invoke(app, ["up", "--yes", "--project", str(dead_cloud_project)])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == ["error: gpu-rent.vars: LLM_RUNTIME=llamacpp: this gpu-rent installs only Ollama on the VM yet; "
-                     "set LLM_RUNTIME=ollama or none"], lines  # fmt: skip
-    assert not (dead_cloud_project / ".gpu-rent" / "state.json").exists()
-
-
 @pytest.mark.parametrize(
     ("entry", "said"),
     [

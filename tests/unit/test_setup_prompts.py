@@ -619,7 +619,7 @@ def test_on_a_private_cloud_a_private_address_is_taken_a_loopback_one_not(tmp_pa
 RUNTIMES_LISTED = (
     "LLM runtime beside SwarmUI on the VM's GPU (LLM_RUNTIME)\n  1. none: SwarmUI alone on the GPU\n"
     "  2. ollama: Ollama, installed by up; its models listed in ollama-models.yaml\n"
-    "  3. llamacpp: llama.cpp's llama-server, models in ollama-models.yaml (up does not install it yet)\n"
+    "  3. llamacpp: llama.cpp's llama-server, installed by up; its GGUF models listed in ollama-models.yaml\n"
 )
 
 

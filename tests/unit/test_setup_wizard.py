@@ -431,7 +431,7 @@ def test_an_llm_runtime_is_written_with_a_starter_models_file_that_lists_none(tm
 def test_the_starter_models_file_shows_examples_that_load_once_uncommented(tmp_path):
     text = setup_wizard.MODELS_STARTER
     assert "\n#   - llama3.2:1b" in text and "\n#   - name: qwen3:4b\n#     digest: sha256:" in text
-    assert "does not install\n# llama.cpp yet" in text
+    assert "llama-server serves the one\n# marked serve: true, and is not started while none is listed" in text
     # each part's commented lines switched on, the placeholders filled: what a user gets by uncommenting
     on = re.sub(r"(?m)^(ollama|llamacpp): \[\]$", r"\1:", text)
     on = re.sub(r"(?m)^#(   .*)$", r"\1", on).replace("<64 hex digits>", "ab" * 32).replace("<repo>", "o/r")
