@@ -127,10 +127,10 @@ class LlmServed:
         base = "http://" + self.model.split("/", 1)[0]
         return http(base + route, "POST" if body is not None else "GET", body)
 
-    def gguf_gets(self) -> int:
-        """GETs of the GGUF file the release server answered (http.server logs one line per request)."""
-        name = self.gguf_url.rsplit("/", 1)[1]
-        return sum(f'"GET /llamacpp/{name} ' in line for line in self.release_log.read_text().splitlines())
+    def gets(self, url: str) -> int:
+        """GETs of a file the release server answered (http.server logs one line per request)."""
+        path = "/" + url.split("/", 3)[3]
+        return sum(f'"GET {path} ' in line for line in self.release_log.read_text().splitlines())
 
     def blob_gets(self, since: int = 0) -> list[dict]:
         requests = self.registry("/standin/stats")["requests"][since:]
@@ -802,10 +802,10 @@ def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loa
     assert http(f"{llm_url(project)}/health") == {"status": "ok"}
     assert [m["id"] for m in http(f"{llm_url(project)}/v1/models")["data"]] == ["tiny-q4"]
     # the file came once: seed-llm again finds it in place and downloads nothing
-    assert llm.gguf_gets() == 1
+    assert llm.gets(llm.gguf_url) == 1
     again = gpu_rent(project, "seed-llm")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "llama.cpp and 1 model in place" in again.stdout and llm.gguf_gets() == 1
+    assert "llama.cpp and 1 model in place" in again.stdout and llm.gets(llm.gguf_url) == 1
     # llama-server awake (its model loaded) keeps the VM; asleep it is quiet. The killer reads /props, which
     # neither wakes it nor restarts its countdown to sleep; here it sleeps 4 s after a request, the killer ticks
     # every 2 s (seed_llm.yml re-arms the killer and reconfigures llama-server in one run)
@@ -813,6 +813,7 @@ def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loa
              "llm_runtime_llamacpp_sleep_seconds": 4}  # fmt: skip
     rearmed = playbook(project, "seed_llm.yml", *[f"-e{k}={v}" for k, v in quick.items()])
     assert rearmed.returncode == 0, rearmed.stdout[-3000:]
+    assert llm.gets(llm.llamacpp_release_url) == 1  # a new setting restarts the build in place, not a new install
 
     def report() -> dict:
         read = ssh(address, "cat /run/gpu-rent/idle-killer.json")

@@ -7,8 +7,6 @@ upstream behaviour it pins; the stand-in's README lists each with its upstream f
 
 import contextlib
 import hashlib
-import http.client
-import importlib.util
 import json
 import os
 import signal
@@ -21,38 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_ollama_standin import _script, call, free_port
+
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "ground" / "llamacpp-standin"
 SERVER = STANDIN / "llama-server"
-
-
-def _script(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 gguf = _script("llamacpp_standin_gguf", STANDIN / "gguf.py")
 release = _script("llamacpp_standin_release", STANDIN / "release.py")
 
 ENV = {"PATH": "/usr/bin:/bin", "STANDIN_LLAMA_LOAD_SECONDS": "0.4", "STANDIN_LLAMA_TOKENS_PER_SECOND": "20"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(port: int, method: str, path: str, body=None) -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request(method, path, json.dumps(body) if body is not None else None)
-        resp = conn.getresponse()
-        return resp.status, dict(resp.getheaders()), resp.read()
-    finally:
-        conn.close()
 
 
 def api(port: int, method: str, path: str, body=None) -> tuple[int, object]:
