@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_ollama_standin import _script, call, free_port
+from tests.unit.test_ollama_standin import _script, api, call, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "ground" / "llamacpp-standin"
@@ -30,19 +30,6 @@ gguf = _script("llamacpp_standin_gguf", STANDIN / "gguf.py")
 release = _script("llamacpp_standin_release", STANDIN / "release.py")
 
 ENV = {"PATH": "/usr/bin:/bin", "STANDIN_LLAMA_LOAD_SECONDS": "0.4", "STANDIN_LLAMA_TOKENS_PER_SECOND": "20"}
-
-
-def api(port: int, method: str, path: str, body=None) -> tuple[int, object]:
-    code, _, data = call(port, method, path, body)
-    return code, json.loads(data)
-
-
-def wait_for(check, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"{what} not met in {timeout} s"
-        time.sleep(0.05)
-    return value
 
 
 class Llama:
