@@ -99,6 +99,9 @@ def test_the_first_up_rents_in_the_next_pool_and_makes_the_volumes_only_there(sc
         assert [a["server_id"] for a in volume.attachments] == [server.id]
     assert boot.is_bootable and boot.size == 10 and data.size == 4
     assert unnamed_volumes(member_conn) == unnamed_before  # nothing was left unnamed in the full pool
+    # each failed attempt took an address while Nova tried to build it (fresh_server), and gave it back
+    ports = [port.id for port in member_conn.network.ports(device_id=server.id)]
+    assert [ip.port_id for ip in ours.floating_ips()] == ports
 
     saved = state(project)
     assert saved["pool"] == FREE and saved["flavor"] == "gpu.a10.1"
