@@ -9,7 +9,7 @@ and installs SwarmUI, `stop` deletes the server. Then, warm (volumes, snapshot a
          volumes, flavor, network, security group and key; a floating IP; ACTIVE; sshd answering;
          `systemctl restart swarmui` and SwarmUI's GetNewSession answering on the VM; then the floor
          of stop: delete the server, wait until it is gone, delete the floating IP;
-  ours   `gpu-rent up --yes --no-tunnel`, then `gpu-rent stop`.
+  ours   (twice, the faster of each counts) `gpu-rent up --yes --no-tunnel`, then `gpu-rent stop`.
 Where our time went is read off the run: until the server exists in the cloud, from there until the
 phase says SSH answers (bootstrapping), and from there on the VM (until the command ends).
 Everything the bench made is deleted at the end (`destroy --i-understand-data-loss`).
@@ -163,10 +163,17 @@ def main() -> None:
                 for volume in (f"{name}-boot", f"{name}-data"):
                     conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
             floor_up, floor_stop = min(f[0] for f in floors), min(f[1] for f in floors)
-            phases = Phases(conn, project, name)
-            ours_up = gpu_rent(project, "up", "--yes", "--no-tunnel")
-            created, answered = phases.end()
-            ours_stop = gpu_rent(project, "stop")
+            # ours twice as well, the faster of each counts: the same noise on both sides of the ratio
+            runs = []
+            for _ in range(2):
+                phases = Phases(conn, project, name)
+                up_seconds = gpu_rent(project, "up", "--yes", "--no-tunnel")
+                runs.append((up_seconds, *phases.end(), gpu_rent(project, "stop")))
+                print(f"ours up    {runs[-1][0]:6.1f} s   ours stop  {runs[-1][3]:6.1f} s", flush=True)
+                for volume in (f"{name}-boot", f"{name}-data"):
+                    conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
+            ours_up, created, answered, _ = min(runs)
+            ours_stop = min(run[3] for run in runs)
             where = (f"{created:5.1f} s until the server exists, {answered - created:5.1f} s from there to SSH, "
                      f"{ours_up - answered:5.1f} s on the VM")  # fmt: skip
             print(f"warm up    {ours_up:6.1f} s: {where}", flush=True)
