@@ -23,7 +23,9 @@ description:
   - With I(floating_ip), the project's address (found by its description, else made) is taken while
     Nova builds and attached once the server is ACTIVE, as openstack.cloud.server's floating_ips
     would: the floating_ip role's own two tasks after the build cost a warm up 2 s of about 33 on the
-    ground. An address made here for a server that did not come up is deleted again.
+    ground. An address made here, or a free one not I(keep)s, is released when the server does not come
+    up. When Neutron refuses the address the server is still waited for and its volumes named, and it
+    is returned without one (a warning says why): the floating_ip role then takes the address itself.
 options:
   name: {description: Server name., required: true, type: str}
   flavor: {description: Flavor name or id., required: true, type: str}
@@ -47,6 +49,7 @@ options:
     suboptions:
       description: {description: Description that marks the address as the project's., type: str, required: true}
       network_id: {description: Id of the external network a new address comes from., type: str, required: true}
+      keep: {description: "A free address of the project outlives a server that did not come up.", type: bool}
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -73,6 +76,12 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 NO_ROOM = re.compile(r"No valid host was found|[Qq]uota exceeded[^.\n]*|availability zone is not available")
 
 
+def released(made: bool, keep: bool, attached: bool) -> bool:
+    """Whether the address taken for a server that did not come up goes: one made for it always; one found
+    free (left by an up killed while its server built) unless KEEP_FLOATING_IP keeps it; never one on a port."""
+    return made or not (keep or attached)
+
+
 class FreshServerModule(OpenStackModule):
     argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
         name=dict(required=True),
@@ -88,7 +97,12 @@ class FreshServerModule(OpenStackModule):
         volume_type=dict(),
         tags=dict(type="list", elements="str", default=[]),
         metadata=dict(type="dict", default={}),
-        floating_ip=dict(type="dict", options=dict(description=dict(required=True), network_id=dict(required=True))),
+        floating_ip=dict(
+            type="dict",
+            options=dict(
+                description=dict(required=True), network_id=dict(required=True), keep=dict(type="bool", default=False)
+            ),
+        ),
     )
 
     def run(self):
@@ -112,13 +126,14 @@ class FreshServerModule(OpenStackModule):
             if address is not None:
                 address, moved = self._attach(address, ports)
                 changed = changed or made or moved
+            if address is not None:
                 attached = {"floating_ip": address.to_dict(computed=False)}
             self.exit_json(
                 changed=changed or renamed, placed=True, pool=pool, server=server.to_dict(computed=False),
                 ports=ports, **attached, **volumes,
             )  # fmt: skip
-        if made:  # not left billing for a server that never came
-            self.conn.network.delete_ip(address, ignore_missing=True)
+        if address is not None and released(made, p["floating_ip"]["keep"], bool(address.port_id)):
+            self.conn.network.delete_ip(address, ignore_missing=True)  # not left billing for a server that never came
         fault = (server.fault or {}).get("message") or f"server ended in {server.status}"
         compute.delete_server(server.id)
         compute.wait_for_delete(server, wait=self.params["timeout"])
@@ -168,10 +183,14 @@ class FreshServerModule(OpenStackModule):
         """(the project's floating IP, whether made here): one already on a port is taken before a free one."""
         spec = self.params["floating_ip"]
         network = self.conn.network
-        found = sorted(network.ips(description=spec["description"]), key=lambda ip: ip.port_id is None)
-        if found:
-            return found[0], False
-        return network.create_ip(floating_network_id=spec["network_id"], description=spec["description"]), True
+        try:
+            found = sorted(network.ips(description=spec["description"]), key=lambda ip: ip.port_id is None)
+            if found:
+                return found[0], False
+            return network.create_ip(floating_network_id=spec["network_id"], description=spec["description"]), True
+        except self.sdk.exceptions.SDKException as e:  # the server is still waited for and its volumes named
+            self.warn(f"no floating IP while the server built ({e}); the floating_ip role takes one")
+            return None, False
 
     def _attach(self, address, ports: list):
         """(the address on the server's first port, whether it moved there)."""
@@ -179,7 +198,11 @@ class FreshServerModule(OpenStackModule):
             self.fail_json(msg=f"the server {self.params['name']} has no port to attach its floating IP to")
         if address.port_id == ports[0]["id"]:
             return address, False
-        return self.conn.network.update_ip(address, port_id=ports[0]["id"]), True
+        try:
+            return self.conn.network.update_ip(address, port_id=ports[0]["id"]), True
+        except self.sdk.exceptions.SDKException as e:
+            self.warn(f"floating IP {address.floating_ip_address} not attached ({e}); the floating_ip role tries")
+            return None, False
 
     @staticmethod
     def _existing(volume, boot_index: int) -> dict:

@@ -32,6 +32,7 @@ extends_documentation_fragment:
 RETURN = r"""
 servers: {description: "The servers found and deleted (server_info's list)", returned: state=deleting, type: list}
 floating_ips: {description: Ids of the floating IPs deleted., returned: state=gone, type: list}
+floating_ip_error: {description: Why the floating IPs were not all deleted., returned: when Neutron refused, type: str}
 """
 
 import time
@@ -72,8 +73,13 @@ class RentalServerDeleteModule(OpenStackModule):
                     self.fail_json(msg=f"server {', '.join(left)} still there after {p['timeout']} s")
                 if left:
                     time.sleep(0.5)
-            deleted = self._delete_floating_ips(p["floating_ip_description"]) if p["floating_ip_description"] else []
-            self.exit_json(changed=bool(deleted), floating_ips=deleted)
+            deleted, refused = [], {}
+            if p["floating_ip_description"]:
+                try:
+                    self._delete_floating_ips(p["floating_ip_description"], deleted)
+                except self.sdk.exceptions.SDKException as e:  # the server's end is recorded first, then said
+                    refused = {"floating_ip_error": str(e)}
+            self.exit_json(changed=bool(deleted), floating_ips=deleted, **refused)
         if not p["name"]:
             self.fail_json(msg="name is required with state=deleting")
         found = [
@@ -90,14 +96,13 @@ class RentalServerDeleteModule(OpenStackModule):
             compute.delete_server(server["id"], ignore_missing=True)
         self.exit_json(changed=bool(found), servers=found)
 
-    def _delete_floating_ips(self, description: str) -> list[str]:
+    def _delete_floating_ips(self, description: str, deleted: list[str]) -> None:
         """After the server: an address deleted first would leave a running server unreachable to a stop
         killed in between; the other way round only the address is left, and the next stop finds it."""
         network = self.conn.network
-        ids = [ip.id for ip in network.ips(description=description)]
-        for ip_id in ids:
-            network.delete_ip(ip_id, ignore_missing=True)
-        return ids
+        for ip in list(network.ips(description=description)):
+            network.delete_ip(ip.id, ignore_missing=True)
+            deleted.append(ip.id)
 
 
 def main():
