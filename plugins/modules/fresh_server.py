@@ -122,12 +122,10 @@ class FreshServerModule(OpenStackModule):
         renamed = volumes.pop("renamed", False)
         if server.status == "ACTIVE":
             ports = [port.to_dict(computed=False) for port in self.conn.network.ports(device_id=server.id)]
-            attached = {}
             if address is not None:
-                address, moved = self._attach(address, ports)
+                address, moved = self._attach(address, ports)  # None when Neutron refused: the role tries
                 changed = changed or made or moved
-            if address is not None:
-                attached = {"floating_ip": address.to_dict(computed=False)}
+            attached = {"floating_ip": address.to_dict(computed=False)} if address is not None else {}
             self.exit_json(
                 changed=changed or renamed, placed=True, pool=pool, server=server.to_dict(computed=False),
                 ports=ports, **attached, **volumes,
