@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location(
-    "fresh_server", Path(__file__).resolve().parents[2] / "plugins" / "modules" / "fresh_server.py"
-)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+from tests.module_file import load
+
+module = load("fresh_server", Path(__file__).resolve().parents[2] / "plugins" / "modules" / "fresh_server.py")
 
 
 @pytest.mark.parametrize(

@@ -19,15 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_ollama_standin import _script, api, call, free_port, wait_for
+from tests.module_file import load
+from tests.unit.test_ollama_standin import api, call, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "ground" / "llamacpp-standin"
 SERVER = STANDIN / "llama-server"
 
 
-gguf = _script("llamacpp_standin_gguf", STANDIN / "gguf.py")
-release = _script("llamacpp_standin_release", STANDIN / "release.py")
+gguf = load("llamacpp_standin_gguf", STANDIN / "gguf.py")
+release = load("llamacpp_standin_release", STANDIN / "release.py")
 
 ENV = {"PATH": "/usr/bin:/bin", "STANDIN_LLAMA_LOAD_SECONDS": "0.4", "STANDIN_LLAMA_TOKENS_PER_SECOND": "20"}
 

@@ -5,7 +5,6 @@ starts them), the script run as the role runs it on the VM."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 
 from gpu_rent import llm_models
 from gpu_rent.progress_line import parse as parse_progress
+from tests.module_file import load
 from tests.unit.test_ollama_standin import MB, Ollama, Registry, registry, stop, wait_for
 from tests.unit.test_ollama_standin import servers as servers  # a fixture: each server killed at the end
 
@@ -23,9 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles" / "llm_runtime" / "files"
 SCRIPT = FILES / "llm_pull.py"
 sys.path.insert(0, str(FILES))  # where the VM finds fetch.py, progress_line.py and ollama_name.py: beside the script
-_spec = importlib.util.spec_from_file_location("llm_pull", SCRIPT)
-llm_pull = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(llm_pull)
+llm_pull = load("llm_pull", SCRIPT)
 
 
 # ------------------------------------------------------------------ pure parts

@@ -10,7 +10,6 @@ file: every test starts the same two processes through the helpers at its top.
 import contextlib
 import hashlib
 import http.client
-import importlib.util
 import json
 import os
 import re
@@ -26,23 +25,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.module_file import load
+
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "ground" / "ollama-standin"
 sys.path.insert(0, str(STANDIN / "lib" / "ollama"))  # where bin/ollama finds the package
 
 from ollama_standin import envconfig, gotypes, names  # noqa: E402
 
-
-def _script(name: str, path: Path):
-    """The ground's scripts, under names no other test module can shadow."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-registry = _script("ollama_standin_registry", STANDIN / "registry.py")
-release = _script("ollama_standin_release", STANDIN / "release.py")
+registry = load("ollama_standin_registry", STANDIN / "registry.py")
+release = load("ollama_standin_release", STANDIN / "release.py")
 
 UPSTREAM_VERSION = "0.32.15"  # the tag the stand-in follows (its README, ollama_standin.VERSION)
 MB = 1000 * 1000  # format.MegaByte: download.go's part sizes are decimal

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location(
-    "rental_server_delete", Path(__file__).resolve().parents[2] / "plugins" / "modules" / "rental_server_delete.py"
-)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+from tests.module_file import load
+
+MODULES = Path(__file__).resolve().parents[2] / "plugins" / "modules"
+module = load("rental_server_delete", MODULES / "rental_server_delete.py")
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import time
@@ -13,11 +12,10 @@ import pytest
 
 from gpu_rent.progress_line import ProgressLine
 from tests.ground.test_seed import FileServer
+from tests.module_file import load
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("seed_fetch", REPO / "roles" / "seed" / "files" / "fetch.py")
-fetch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fetch)
+fetch = load("seed_fetch", REPO / "roles" / "seed" / "files" / "fetch.py")
 
 
 def sha(data: bytes) -> str:

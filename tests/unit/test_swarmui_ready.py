@@ -4,20 +4,16 @@ that answers as upstream's src/WebAPI/API.cs does: errors as HTTP 401/400 with a
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 from pathlib import Path
 
 import pytest
 
+from tests.module_file import load
 from tests.upstream_api import UpstreamAPI
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "swarmui_ready", REPO / "roles" / "swarmui" / "files" / "swarmui_ready.py"
-)
-ready = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ready)
+ready = load("swarmui_ready", REPO / "roles" / "swarmui" / "files" / "swarmui_ready.py")
 
 MAIN = "dlbackend/ComfyUI/main.py"
 

@@ -10,7 +10,6 @@ dotnet that launchtools/linux-dotnet-install.sh installs in $HOME/.dotnet - no n
 - launchtools/comfy-install-linux.sh: a real venv.
 """
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -18,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.module_file import load
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "ground" / "swarmui-standin"
@@ -217,10 +218,7 @@ class Recorder:
 
 
 def load_extensions_module(checkout: Checkout):
-    spec = importlib.util.spec_from_file_location("standin_extensions", checkout.root / "src/standin/extensions.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("standin_extensions", checkout.root / "src/standin/extensions.py")
 
 
 def extension(checkout: Checkout, name: str, *, broken: bool = False, repo: bool = True) -> Path:

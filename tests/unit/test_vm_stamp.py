@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location(
-    "vm_stamp", Path(__file__).resolve().parents[2] / "plugins" / "modules" / "vm_stamp.py"
-)
-vm_stamp = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(vm_stamp)
+from tests.module_file import load
+
+vm_stamp = load("vm_stamp", Path(__file__).resolve().parents[2] / "plugins" / "modules" / "vm_stamp.py")
 
 INPUTS = {"role": "abc", "vars": {"swarmui_version": "0.9.8"}}
 
