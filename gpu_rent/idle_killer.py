@@ -9,6 +9,8 @@ only. Commands:
   tick    look, decide (idle_decision.decide), write the status file and one journal line; delete
           the server when the decision says so
   check   authenticate with the credential only, and record whether Keystone accepts it
+  arm     write the config read from stdin (root only) when it differs, then check; --look UNIT: then
+          start UNIT for the first look. The role arms in this one command: one SSH round trip, not five
 
 What a tick looks at (idle_look): SwarmUI's GetGlobalStatus (every session's counters) and ListBackends (our
 self-start ComfyUI backends, one per GPU) in one session kept from tick to tick; the queue of every
@@ -21,6 +23,10 @@ models, llama.cpp's slots); the user's KEEP_ALIVE_COMMAND. SwarmUI's errors are 
 
 The config (/root/.gpu-rent/idle-killer.json, 0600) holds the credential; the status file holds
 no secret, and is what `gpu-rent status` reads over SSH.
+
+One file past 500 lines on purpose: it is the program the timer runs on the VM, copied there with
+its two siblings only; the config, the acting (Keystone, Nova, Neutron by urllib) and the commands
+share one Config and one status file and are read together when a VM went (or did not).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -519,25 +527,82 @@ def _check(cfg: Config, now: float) -> dict:
         return {"state": "unreachable", "checked_at": now, "message": str(e)}
 
 
+def write_config(path: Path, text: str) -> bool:
+    """The config as the role renders it, root only (it holds the secret), whole or not at all; its
+    folder root only too. True when anything changed: an unchanged file keeps its mtime, which is
+    when the grace began (Config.armed_at)."""
+    config = json.loads(text)  # refused before anything is written; the error names no content
+    if not isinstance(config, dict):
+        raise ValueError("the config is not a JSON object")
+    changed = False
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.parent.stat().st_mode) != 0o700:
+        os.chmod(path.parent, 0o700)
+        changed = True
+    with contextlib.suppress(FileNotFoundError):
+        if path.read_text() == text and stat.S_IMODE(path.stat().st_mode) == 0o600:
+            return changed
+    fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)  # 0600
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    return True
+
+
+def check_and_record(cfg: Config) -> dict:
+    """Keystone asked whether it takes the credential, and the answer kept in the status file."""
+    path = Path(cfg.status_file)
+    result = _check(cfg, time.time())
+    with status_lock(path):
+        status = load_status(path)
+        status["credential"] = result
+        status.setdefault("server_id", cfg.server_id)
+        write_status(path, status)
+    return result
+
+
+def _said(result: dict) -> str:
+    return f"credential {result['state']}" + (f": {result['message']}" if result["message"] else "")
+
+
+def arm(path: Path, text: str, look_unit: str | None) -> int:
+    """One line of JSON: whether the config changed, what Keystone said, and the first look's end."""
+    try:
+        changed = write_config(path, text)
+        cfg = Config.load(path)
+    except (OSError, ValueError, TypeError) as e:
+        print(f"{CRIT}idle-killer config {path} not written, this VM cannot delete itself: {e}", file=sys.stderr)
+        return 2
+    result = check_and_record(cfg)
+    said = {"changed": changed, "credential_ok": result["state"] == "ok", "credential": _said(result)}
+    if look_unit:  # a oneshot: systemctl returns when the look is done, so status reads it at once
+        try:
+            look = subprocess.run(["systemctl", "start", look_unit], capture_output=True, text=True)
+            said["look"] = "done" if look.returncode == 0 else (look.stderr.strip() or f"rc {look.returncode}")
+        except OSError as e:
+            said["look"] = str(e)
+    print(json.dumps(said))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-rent-idle-killer", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("tick", "check"))
+    parser.add_argument("command", choices=("tick", "check", "arm"))
     parser.add_argument("--config", default="/root/.gpu-rent/idle-killer.json")
+    parser.add_argument("--look", metavar="UNIT", help="arm: start UNIT (the killer's service) after the check")
     args = parser.parse_args(argv)
+    if args.command == "arm":
+        return arm(Path(args.config), sys.stdin.read(), args.look)
     try:
         cfg = Config.load(Path(args.config))
     except (OSError, ValueError, TypeError) as e:
         print(f"{CRIT}idle-killer config {args.config} unusable, this VM cannot delete itself: {e}", file=sys.stderr)
         return 2
     if args.command == "check":
-        path = Path(cfg.status_file)
-        result = _check(cfg, time.time())
-        with status_lock(path):
-            status = load_status(path)
-            status["credential"] = result
-            status.setdefault("server_id", cfg.server_id)
-            write_status(path, status)
-        print(f"credential {result['state']}" + (f": {result['message']}" if result["message"] else ""))
+        result = check_and_record(cfg)
+        print(_said(result))
         return 0 if result["state"] == "ok" else 1
     status = tick(cfg)
     # A deadline that falls before the next tick is kept to the second: wait for it, look again.

@@ -186,7 +186,8 @@ def _auth_file(temp: Path, auth: dict) -> Iterator[Path]:
 def _run_temp(path: Path) -> Iterator[Path]:
     """The run's own temporary folder (the handed-over auth, Ansible's local temp, TMPDIR), 0700, gone after the run.
 
-    `copy content=` stages the idle-killer's credential in Ansible's local temp before sending it: in
+    A module's payload carries the idle-killer's credential (the killer's arm takes it on stdin), and Ansible
+    stages payloads in its local temp when it does not pipeline (an operator's config, a `copy content=`): in
     ~/.ansible/tmp a killed run would leave it for good; here the next run (or the orphan watcher) clears it.
     """
     path.parent.mkdir(parents=True, exist_ok=True)

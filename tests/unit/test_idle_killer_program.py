@@ -11,6 +11,7 @@ says it in one journal line.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
@@ -257,6 +258,46 @@ def test_the_config_is_armed_when_written_and_ignores_keys_it_does_not_know(tmp_
     cfg = Config.load(path)
     assert cfg.armed_at == 1000 and cfg.idle_seconds == 1800 and SECRET not in repr(cfg)
     assert idle_killer.main(["check", "--config", str(tmp_path / "absent.json")]) == 2
+
+
+def test_arm_writes_the_config_root_only_once_and_records_keystones_word(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "gpu-rent" / "idle-killer.json"
+    config = {"server_id": "s", "auth_url": f"http://127.0.0.1:{free_port()}/v3", "credential_id": "c",
+              "credential_secret": SECRET, "status_file": str(tmp_path / "run" / "s.json")}  # fmt: skip
+    text = json.dumps(config) + "\n"
+    monkeypatch.setattr(idle_killer, "RETRY_PAUSE", 0.0)
+
+    def arm(config_text: str, *look: str) -> tuple[int, dict]:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(config_text))
+        rc = idle_killer.main(["arm", "--config", str(path), *look])
+        out = capsys.readouterr().out
+        return rc, json.loads(out) if rc == 0 else out
+
+    rc, said = arm(text)
+    assert rc == 0 and said["changed"] and not said["credential_ok"] and "look" not in said
+    assert said["credential"].startswith("credential unreachable") and SECRET not in json.dumps(said)
+    assert path.read_text() == text
+    assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    status = json.loads((tmp_path / "run" / "s.json").read_text())
+    assert status["credential"]["state"] == "unreachable" and SECRET not in json.dumps(status)
+    os.utime(path, (1000, 1000))  # the grace runs from the write: an unchanged config keeps its mtime
+    assert arm(text)[1]["changed"] is False and path.stat().st_mtime == 1000
+    path.chmod(0o644)
+    assert arm(text)[1]["changed"] and path.stat().st_mode & 0o777 == 0o600
+    path.parent.chmod(0o755)
+    assert arm(text)[1]["changed"] and path.parent.stat().st_mode & 0o777 == 0o700
+    # a look at a unit systemctl cannot start is said, not hidden (no systemd here, or no such unit)
+    said = arm(text, "--look", "gpu-rent-no-such-unit.service")[1]
+    assert said["look"] != "done" and said["changed"] is False
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[]", ""])
+def test_arm_refuses_a_config_that_is_no_json_object_and_keeps_the_old_one(tmp_path, capsys, monkeypatch, bad):
+    path = tmp_path / "idle-killer.json"
+    path.write_text('{"old": true}')
+    monkeypatch.setattr(sys, "stdin", io.StringIO(bad))
+    assert idle_killer.main(["arm", "--config", str(path)]) == 2
+    assert "not written" in capsys.readouterr().err and path.read_text() == '{"old": true}'
 
 
 # ---------------------------------------------------------------- SwarmUI as upstream answers (issue 13)
