@@ -14,18 +14,18 @@ description:
     pools while no volume pins one.
   - On success, and after any failure that got as far as making volumes, the volumes are named and
     marked so that no billable volume is left unnamed. A failed server is deleted; its volumes stay.
-  - A server of that name that already exists (an up interrupted while waiting) is adopted: waited
+  - A server of that name that already exists (an up interrupted while waiting) is adopted - waited
     for, and its volumes named; it is never re-created.
   - With I(volumes_exist), every later up - the server boots from the two volumes of that name, and
-    nothing is made but the server. It is waited for at a 1 s poll: openstack.cloud.server waits
+    nothing is made but the server. It is waited for at a 1 s poll; openstack.cloud.server waits
     through openstacksdk's wait_for_server, which polls every 5 s, and a warm up paid most of that.
   - The server's port is returned, so the floating IP is attached without a lookup of its own.
   - With I(floating_ip), the project's address (found by its description, else made) is taken while
     Nova builds and attached once the server is ACTIVE, as openstack.cloud.server's floating_ips
-    would: the floating_ip role's own two tasks after the build cost a warm up 2 s of about 33 on the
+    would; the floating_ip role's own two tasks after the build cost a warm up 2 s of about 33 on the
     ground. An address made here, or a free one not I(keep)s, is released when the server does not come
     up. When Neutron refuses the address the server is still waited for and its volumes named, and it
-    is returned without one (a warning says why): the floating_ip role then takes the address itself.
+    is returned without one (a warning says why); the floating_ip role then takes the address itself.
 options:
   name: {description: Server name., required: true, type: str}
   flavor: {description: Flavor name or id., required: true, type: str}

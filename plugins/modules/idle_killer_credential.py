@@ -17,7 +17,7 @@ description:
   - A cloud whose Keystone has no access rules (before Train) gets, with allow_unrestricted_rules,
     a credential without rules, limited to fallback_roles (e.g. a role the cloud's policy lets
     delete servers and nothing else) or, without them, carrying the user's roles; and a warning.
-  - Keystone keeps application credentials per user, not per project: the credential's name is
+  - Keystone keeps application credentials per user, not per project; the credential's name is
     name, the project id and the region, so that two rentals of the same NAME in two projects or
     regions never take each other's.
   - state=absent deletes the credential of that name.
@@ -38,7 +38,7 @@ extends_documentation_fragment:
 
 RETURN = r"""
 id: {description: Credential id., returned: when present, type: str}
-name: {description: Credential name (name-<project id[:8]>[-<region>])., returned: when present, type: str}
+name: {description: "Credential name (name-<project id[:8]>[-<region>]).", returned: when present, type: str}
 secret: {description: Credential secret (only when made by this run)., returned: when changed and present, type: str}
 expires_at: {description: Expiry (ISO 8601, UTC)., returned: when present, type: str}
 access_rules: {description: The access rules., returned: when present, type: list}
