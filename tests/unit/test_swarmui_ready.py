@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import socket
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,24 @@ def test_a_unit_still_starting_is_waited_for(monkeypatch):
     monkeypatch.setattr(ready, "unit_stopped", lambda unit: None)  # activating: a restart under way
     code, line = run("http://127.0.0.1:9", "--timeout", "0.3", "--unit", "swarmui")
     assert code == 1 and line.startswith("not ready after 0.3 s: its API did not answer: ")
+
+
+def test_a_port_open_beyond_127_0_0_1_is_refused_in_words():
+    assert ready.not_loopback_only(7801, ["LISTEN 0 512 127.0.0.1:7801 0.0.0.0:*"]) is None
+    both = ["LISTEN 0 512 127.0.0.1:7801 0.0.0.0:*", "LISTEN 0 512 [::]:7801 [::]:*"]
+    assert ready.not_loopback_only(7801, both).startswith("its port 7801 listens on 127.0.0.1:7801, [::]:7801: only")
+    assert ready.not_loopback_only(7801, ["LISTEN 0 512 0.0.0.0:7801 0.0.0.0:*"]) is not None
+    assert "listens on nothing" in ready.not_loopback_only(7801, [])
+
+
+def test_loopback_only_reads_what_really_listens(swarm):
+    """`ss` of this machine: the stand-in on 127.0.0.1 alone passes; the same port open on ::1 too is refused."""
+    swarm.backends = [{"0": backend(0, "running")}]
+    assert run(swarm.url, "--loopback-only")[0] == 0
+    port = int(swarm.url.rsplit(":", 1)[1].split("/")[0])
+    with socket.socket(socket.AF_INET6) as also:
+        also.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        also.bind(("::1", port))
+        also.listen()
+        code, said = run(swarm.url, "--loopback-only")
+    assert code == 1 and f"[::1]:{port}" in said and "only 127.0.0.1 is allowed" in said

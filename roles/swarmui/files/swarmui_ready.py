@@ -15,6 +15,9 @@ and the seed role's). Prints one line and exits 0 when ready, 1 when not, naming
   gives up on a failed first launch, so waiting out --timeout would only delay the same answer.
 - While the API does not answer, --unit's state is read: a unit that is not running and not about
   to (its ExecCondition skipped the start: no data volume) fails at once with its journal's last line.
+- Ready, with --loopback-only: what listens on the URL's port (`ss -ltnH`) must be 127.0.0.1 alone -
+  SwarmUI is reached through the SSH tunnel, never from the network. Here, not in a task of its own:
+  one SSH round trip fewer for each run of the role.
 
 Standard library only: the VM has python3 and nothing else is installed for this.
 """
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 REQUEST_TIMEOUT = 30
@@ -178,6 +182,27 @@ def wait(args: argparse.Namespace, clock=time.monotonic, sleep=time.sleep) -> st
         sleep(args.delay)
 
 
+def not_loopback_only(port: int, listening: list[str]) -> str | None:
+    """Why the port is not 127.0.0.1's alone, from `ss -ltnH` lines (the local address is the 4th column)."""
+    local = [fields[3] for fields in map(str.split, listening) if len(fields) > 3]
+    if local and all(address == f"127.0.0.1:{port}" for address in local):
+        return None
+    return (
+        f"its port {port} listens on {', '.join(local) or 'nothing'}: only 127.0.0.1 is allowed "
+        "(it is reached through the SSH tunnel, never from the network)"
+    )
+
+
+def listeners(port: int) -> list[str]:
+    try:
+        shown = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise Refused(f"ss could not list what listens on port {port}: {e}") from None
+    if shown.returncode != 0:
+        raise Refused(f"ss could not list what listens on port {port}: {shown.stderr.strip()}")
+    return shown.stdout.splitlines()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:7801", help="SwarmUI, on the VM")
@@ -187,9 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-version", default="0.9.8", help="oldest SwarmUI accepted")
     parser.add_argument("--start-script", default="dlbackend/ComfyUI/main.py", help="StartScript of ours")
     parser.add_argument("--unit", default="", help="SwarmUI's systemd unit, read while its API does not answer")
+    parser.add_argument("--loopback-only", action="store_true", help="when ready, refuse a port not 127.0.0.1's alone")
     args = parser.parse_args(argv)
     try:
-        print(wait(args))
+        said = wait(args)
+        if args.loopback_only:
+            port = urllib.parse.urlsplit(args.url).port or 80
+            why = not_loopback_only(port, listeners(port))
+            if why:
+                raise Refused(why)
+        print(said)
     except Refused as refused:
         print(str(refused))
         return 1
