@@ -15,8 +15,12 @@ description:
     openstack.cloud.server waits through openstacksdk, which asks every 5 s; Nova's delete takes
     about 3 s on the test ground, so a stop paid up to 5 s for nothing.
   - With I(floating_ip_description), state=gone then deletes the floating IPs of that description
-    (the project's mark), as openstack.cloud.server's delete_ips would: one process where a task of
+    (the project's mark), as openstack.cloud.server's delete_ips would - one process where a task of
     its own cost a stop another login and module start (0.9 s of about 10 on the ground).
+  - With I(application_credential), state=deleting then deletes the idle-killer's credential of that name
+    while Nova deletes the server (named as idle_killer_credential names it - the name, the project id's
+    first 8 characters and the region), where a task of its own cost a stop another login and module
+    start. Keystone refusing it is returned, not raised; the wait still runs and records the server's end.
   - A server already gone (the idle-killer deleted it meanwhile) is no error.
 options:
   name: {description: Server name (state=deleting)., type: str}
@@ -25,6 +29,11 @@ options:
   floating_ip_description:
     description: Once the servers are gone (state=gone), delete the floating IPs of this description.
     type: str
+  application_credential:
+    description: >-
+      After asking Nova to delete (state=deleting), delete the current user's application credential
+      of this name.
+    type: str
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -32,6 +41,9 @@ extends_documentation_fragment:
 RETURN = r"""
 servers: {description: "The servers found and deleted (server_info's list)", returned: state=deleting, type: list}
 floating_ips: {description: Ids of the floating IPs deleted., returned: state=gone, type: list}
+application_credential_deleted:
+  {description: Whether the credential was there and is deleted., returned: with application_credential, type: bool}
+application_credential_error: {description: Why the credential was not deleted., returned: Keystone refused, type: str}
 floating_ip_error: {description: Why the floating IPs were not all deleted., returned: when Neutron refused, type: str}
 """
 
@@ -58,6 +70,7 @@ class RentalServerDeleteModule(OpenStackModule):
         ids=dict(type="list", elements="str", default=[]),
         state=dict(default="deleting", choices=["deleting", "gone"]),
         floating_ip_description=dict(),
+        application_credential=dict(no_log=False),  # a name, not a secret
     )
     module_kwargs = dict(supports_check_mode=False)  # noqa: RUF012 - read by the base class
 
@@ -94,7 +107,24 @@ class RentalServerDeleteModule(OpenStackModule):
                 )
         for server in found:
             compute.delete_server(server["id"], ignore_missing=True)
-        self.exit_json(changed=bool(found), servers=found)
+        credential = {}
+        if p["application_credential"]:
+            try:
+                credential = {"application_credential_deleted": self._delete_credential(p["application_credential"])}
+            except self.sdk.exceptions.SDKException as e:  # the wait records the server's end first, then it is said
+                credential = {"application_credential_error": str(e)}
+        changed = bool(found) or credential.get("application_credential_deleted", False)
+        self.exit_json(changed=changed, servers=found, **credential)
+
+    def _delete_credential(self, name: str) -> bool:
+        """The idle-killer's credential, as idle_killer_credential state=absent deletes it (and names it)."""
+        identity = self.conn.identity
+        user = self.conn.session.get_user_id()
+        full = "-".join(filter(None, (name, self.conn.current_project_id[:8], self.params["region_name"])))
+        found = identity.find_application_credential(user=user, name_or_id=full, ignore_missing=True)
+        if found:
+            identity.delete_application_credential(user, found.id)
+        return bool(found)
 
     def _delete_floating_ips(self, description: str, deleted: list[str]) -> None:
         """After the server: an address deleted first would leave a running server unreachable to a stop

@@ -352,7 +352,7 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     assert "ended uncleanly" in (project / ".gpu-rent/logs/sentinel.log").read_text()
     rental.converged_invariants("killer mid-stop, sentinel killed")
 
-    rental.interrupt(("stop",), task("stop", "Delete the idle-killer's credential."), "deleting the credential", 0.2)
+    rental.interrupt(("stop",), task("stop", "Look up the server."), "deleting the server and the credential", 0.2)
     rental.converged_invariants("stop killed deleting the credential")
 
     service = REPO / "ground" / "service.sh"
