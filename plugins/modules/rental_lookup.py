@@ -5,14 +5,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: rental_lookup
-short_description: Look up a rental's flavors, key pair, volumes, snapshot, networks, router and server at once
+short_description: Look up a rental's flavors, key pair, volumes, snapshot, networks, router, server and address at once
 description:
   - Every openstack.cloud task is a process of its own that imports openstacksdk and logs in to
     Keystone, about a second each before it asks anything; a warm up used ten of them only to look.
     This module asks the same questions in one process and returns the answers in the very shapes
     the openstack.cloud info modules return (compute_flavor_info, volume_info,
     volume_snapshot_info, networks_info, subnets_info, routers_info, security_group_info,
-    server_info, keypair), so the roles use either.
+    server_info, floating_ip_info, keypair), so the roles use either.
   - It changes nothing. The roles still decide, check and create as before; what it found only
     spares them the lookup, and a role handed nothing looks up for itself.
 options:
@@ -28,6 +28,9 @@ options:
   routers: {description: Router names (routers_info name)., type: list, elements: str, default: []}
   security_group: {description: Security group name (security_group_info name)., type: str}
   server: {description: Server name (server_info name)., type: str}
+  floating_ip_description:
+    description: Floating IPs of this description, the project's mark (floating_ip_info description).
+    type: str
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -48,6 +51,8 @@ router_interfaces:
 security_groups: {description: The security groups of that name (security_group_info's list)., returned: always,
                   type: list}
 servers: {description: The servers of that name (server_info's list)., returned: always, type: list}
+floating_ips: {description: The floating IPs of that description (floating_ip_info's list)., returned: always,
+               type: list}
 """
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
@@ -65,6 +70,7 @@ class RentalLookupModule(OpenStackModule):
         routers=dict(type="list", elements="str", default=[]),
         security_group=dict(),
         server=dict(),
+        floating_ip_description=dict(),
     )
     module_kwargs = dict(supports_check_mode=True)  # noqa: RUF012 - read by the base class
 
@@ -110,6 +116,9 @@ class RentalLookupModule(OpenStackModule):
                 s.to_dict(computed=False) if hasattr(s, "to_dict") else s
                 for s in conn.search_servers(name_or_id=p["server"], detailed=False, all_projects=False)
             ]
+        ips = []
+        if p["floating_ip_description"]:  # floating_ip_info
+            ips = [ip.to_dict(computed=False) for ip in conn.network.ips(description=p["floating_ip_description"])]
         self.exit_json(
             changed=False,
             flavors=flavors,
@@ -123,6 +132,7 @@ class RentalLookupModule(OpenStackModule):
             router_interfaces=interfaces,
             security_groups=groups,
             servers=servers,
+            floating_ips=ips,
         )
 
 
