@@ -50,6 +50,7 @@ floating_ip_error: {description: Why the floating IPs were not all deleted., ret
 import time
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
+from keystoneauth1.exceptions import ClientException
 
 
 def ours(server: dict) -> bool:
@@ -90,7 +91,7 @@ class RentalServerDeleteModule(OpenStackModule):
             if p["floating_ip_description"]:
                 try:
                     self._delete_floating_ips(p["floating_ip_description"], deleted)
-                except self.sdk.exceptions.SDKException as e:  # the server's end is recorded first, then said
+                except (self.sdk.exceptions.SDKException, ClientException) as e:  # the end is recorded first, then said
                     refused = {"floating_ip_error": str(e)}
             self.exit_json(changed=bool(deleted), floating_ips=deleted, **refused)
         if not p["name"]:
@@ -111,7 +112,9 @@ class RentalServerDeleteModule(OpenStackModule):
         if p["application_credential"]:
             try:
                 credential = {"application_credential_deleted": self._delete_credential(p["application_credential"])}
-            except self.sdk.exceptions.SDKException as e:  # the wait records the server's end first, then it is said
+            # the wait records the server's end first, then it is said; keystoneauth's own errors (no
+            # endpoint, no connection) are not SDKExceptions
+            except (self.sdk.exceptions.SDKException, ClientException) as e:
                 credential = {"application_credential_error": str(e)}
         changed = bool(found) or credential.get("application_credential_deleted", False)
         self.exit_json(changed=changed, servers=found, **credential)
