@@ -528,11 +528,10 @@ def _check(cfg: Config, now: float) -> dict:
 
 
 def write_config(path: Path, text: str) -> bool:
-    """The config as the role renders it, root only (it holds the secret), whole or not at all; its
-    folder root only too. True when anything changed: an unchanged file keeps its mtime, which is
-    when the grace began (Config.armed_at)."""
-    config = json.loads(text)  # refused before anything is written; the error names no content
-    if not isinstance(config, dict):
+    """The config as the role renders it, root only (it holds the secret), whole or not at all, and only
+    once it loads as a Config; its folder root only too. True when anything changed: an unchanged file
+    keeps its mtime, which is when the grace began (Config.armed_at)."""
+    if not isinstance(json.loads(text), dict):  # refused before anything is written; the error names no content
         raise ValueError("the config is not a JSON object")
     changed = False
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -540,14 +539,20 @@ def write_config(path: Path, text: str) -> bool:
         os.chmod(path.parent, 0o700)
         changed = True
     with contextlib.suppress(FileNotFoundError):
-        if path.read_text() == text and stat.S_IMODE(path.stat().st_mode) == 0o600:
+        if path.read_bytes() == text.encode() and stat.S_IMODE(path.stat().st_mode) == 0o600:
             return changed
     fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)  # 0600
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        Config.load(Path(partial))  # what the timer's tick would refuse is refused here, the old config kept
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a second copy of the secret is never left behind
+            os.unlink(partial)
+        raise
     return True
 
 
@@ -572,7 +577,7 @@ def arm(path: Path, text: str, look_unit: str | None) -> int:
     try:
         changed = write_config(path, text)
         cfg = Config.load(path)
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError, TypeError) as e:  # UnicodeDecodeError is a ValueError
         print(f"{CRIT}idle-killer config {path} not written, this VM cannot delete itself: {e}", file=sys.stderr)
         return 2
     result = check_and_record(cfg)

@@ -291,13 +291,28 @@ def test_arm_writes_the_config_root_only_once_and_records_keystones_word(tmp_pat
     assert said["look"] != "done" and said["changed"] is False
 
 
-@pytest.mark.parametrize("bad", ["{not json", "[]", ""])
-def test_arm_refuses_a_config_that_is_no_json_object_and_keeps_the_old_one(tmp_path, capsys, monkeypatch, bad):
+@pytest.mark.parametrize(
+    "bad",
+    ["{not json", "[]", "", '{"auth_url": "u"}',  # no server_id: the tick could not load it
+     '{"server_id": "s", "auth_url": "u", "credential_id": "c", "credential_secret": "x", "billing_hour": "weekly"}'],
+)  # fmt: skip
+def test_arm_refuses_a_config_the_tick_could_not_load_and_keeps_the_old_one(tmp_path, capsys, monkeypatch, bad):
     path = tmp_path / "idle-killer.json"
     path.write_text('{"old": true}')
     monkeypatch.setattr(sys, "stdin", io.StringIO(bad))
     assert idle_killer.main(["arm", "--config", str(path)]) == 2
     assert "not written" in capsys.readouterr().err and path.read_text() == '{"old": true}'
+    assert [p.name for p in tmp_path.iterdir()] == ["idle-killer.json"]  # no partial copy left behind
+
+
+def test_arm_replaces_a_config_that_is_not_even_text(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "idle-killer.json"
+    path.write_bytes(b"\xff\xfe damaged")
+    text = json.dumps({"server_id": "s", "auth_url": f"http://127.0.0.1:{free_port()}/v3", "credential_id": None,
+                       "credential_secret": None, "status_file": str(tmp_path / "s.json")}) + "\n"  # fmt: skip
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert idle_killer.main(["arm", "--config", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["changed"] and path.read_text() == text
 
 
 # ---------------------------------------------------------------- SwarmUI as upstream answers (issue 13)
