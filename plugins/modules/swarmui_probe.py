@@ -19,6 +19,8 @@ options:
 RETURN = r"""
 csproj: {description: src/SwarmUI.csproj's text, or null., returned: always, type: str}
 settings: {description: Data/Settings.fds's text, or null., returned: always, type: str}
+settings_lines: {description: "Its lines split as lineinfile splits them (at \\n, each with its newline).",
+                 returned: always, type: list}
 backends: {description: Data/Backends.fds's text, or null., returned: always, type: str}
 data_mode: {description: "Data's permission bits as four octal digits (0755), or null when it is no folder.",
             returned: always, type: str}
@@ -30,6 +32,7 @@ gpus:
 """
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -38,11 +41,18 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def text(path: str) -> str | None:
+    """The file's text; None where it cannot be read (absent, a folder), as the role's slurps took it."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
             return f.read()
-    except FileNotFoundError:
+    except OSError:
         return None
+
+
+def lines(content: str | None) -> list[str]:
+    """Split at \\n only, each line with its newline: as lineinfile reads a file (str.splitlines also
+    splits at \\r, \\f and more)."""
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", content or "")
 
 
 def folder_mode(path: str) -> str | None:
@@ -68,10 +78,12 @@ def gpus() -> dict:
 def main():
     module = AnsibleModule(argument_spec={"dir": {"type": "path", "required": True}}, supports_check_mode=True)
     top = module.params["dir"]
+    settings = text(os.path.join(top, "Data", "Settings.fds"))
     module.exit_json(
         changed=False,
         csproj=text(os.path.join(top, "src", "SwarmUI.csproj")),
-        settings=text(os.path.join(top, "Data", "Settings.fds")),
+        settings=settings,
+        settings_lines=lines(settings),
         backends=text(os.path.join(top, "Data", "Backends.fds")),
         data_mode=folder_mode(os.path.join(top, "Data")),
         gpus=gpus(),

@@ -40,3 +40,17 @@ def test_nvidia_smi_rows_are_returned_as_lines(tmp_path, monkeypatch):
     assert probe.gpus()["stdout_lines"] == ["0, 24576", "1, 81920"]
     asked = ["--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]
     assert (tmp_path / "args").read_text().split() == asked
+
+
+def test_lines_split_as_lineinfile_splits_at_newlines_only():
+    assert probe.lines("IsInstalled: true\r\nA: 1\x0cB\nLaunchMode: none") == [
+        "IsInstalled: true\r\n",  # its \r kept: lineinfile would rewrite this line, and so it runs
+        "A: 1\x0cB\n",  # one line for lineinfile, two for str.splitlines
+        "LaunchMode: none",  # no newline at the end: lineinfile adds one, and so it runs
+    ]
+    assert probe.lines(None) == [] and probe.lines("") == []
+
+
+def test_an_unreadable_file_reads_as_absent(tmp_path):
+    (tmp_path / "Settings.fds").mkdir()  # a folder where the file belongs
+    assert probe.text(str(tmp_path / "Settings.fds")) is None
