@@ -170,9 +170,10 @@ def main() -> None:
             # ours twice as well, the faster of each counts: the same noise on both sides of the ratio
             runs = []
             for _ in range(2):
-                phases = Phases(conn, project, name)
+                phases = Phases(conn, project, name)  # watching through stop too, as beside the floor's
                 up_seconds = gpu_rent(project, "up", "--yes", "--no-tunnel")
-                runs.append((up_seconds, *phases.end(), gpu_rent(project, "stop")))
+                stop_seconds = gpu_rent(project, "stop")
+                runs.append((up_seconds, *phases.end(), stop_seconds))
                 print(f"ours up    {runs[-1][0]:6.1f} s   ours stop  {runs[-1][3]:6.1f} s", flush=True)
                 for volume in (f"{name}-boot", f"{name}-data"):
                     conn.block_storage.wait_for_status(conn.block_storage.find_volume(volume), "available", wait=120)
