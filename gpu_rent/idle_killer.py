@@ -160,6 +160,8 @@ class Config:
     @classmethod
     def load(cls, path: Path) -> Config:
         raw = json.loads(path.read_text())
+        if not isinstance(raw, dict):  # a tick, a check and the arm all refuse it in words, not a traceback
+            raise ValueError("the config is not a JSON object")
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
         for key in ("comfy_ports", "models_dirs"):  # JSON lists
             if key in known:
@@ -531,8 +533,6 @@ def write_config(path: Path, text: str) -> bool:
     """The config as the role renders it, root only (it holds the secret), whole or not at all, and only
     once it loads as a Config; its folder root only too. True when anything changed: an unchanged file
     keeps its mtime, which is when the grace began (Config.armed_at)."""
-    if not isinstance(json.loads(text), dict):  # refused before anything is written; the error names no content
-        raise ValueError("the config is not a JSON object")
     changed = False
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if stat.S_IMODE(path.parent.stat().st_mode) != 0o700:
