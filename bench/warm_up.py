@@ -76,7 +76,8 @@ class Phases:
         state = self.project / ".gpu-rent" / "state.json"
         while not self.stopping.is_set():
             now = time.monotonic() - self.start
-            if self.server is None and list(self.conn.compute.servers(name=f"^{self.server_name}$", details=False)):
+            listed = self.conn.compute.servers(name=f"^{self.server_name}$") if self.server is None else []
+            if any(s.status != "DELETED" for s in listed):  # the last stop ended at DELETED, as the floor's does
                 self.server = now
             if self.ssh is None and state.exists():
                 try:

@@ -15,7 +15,8 @@ description:
   - On success, and after any failure that got as far as making volumes, the volumes are named and
     marked so that no billable volume is left unnamed. A failed server is deleted; its volumes stay.
   - A server of that name that already exists (an up interrupted while waiting) is adopted - waited
-    for, and its volumes named; it is never re-created.
+    for, and its volumes named; it is never re-created. A DELETED one (listed a few seconds after a
+    stop) is passed over, as rental_lookup does.
   - With I(volumes_exist), every later up - the server boots from the two volumes of that name, and
     nothing is made but the server. It is waited for at a 1 s poll; openstack.cloud.server waits
     through openstacksdk's wait_for_server, which polls every 5 s, and a warm up paid most of that.
@@ -110,7 +111,10 @@ class FreshServerModule(OpenStackModule):
         if not p["volumes_exist"] and not p["image"]:  # the base class passes no required_if on
             self.fail_json(msg="image is required when the create makes the volumes (volumes_exist false)")
         compute = self.conn.compute
-        server = compute.find_server(p["name"], ignore_missing=True)
+        # find_server would take a DELETED server of the name (a stop just ended at it) and fail on two
+        listed = compute.servers(name=f"^{p['name']}$")  # Nova's filter is a regex: the name is checked below
+        named = [s for s in listed if s.name == p["name"] and s.status != "DELETED"]
+        server = named[0] if named else None
         changed = server is None
         # an existing one is from an up interrupted while this module waited: adopt it, name what it made
         server = self._create() if server is None else compute.get_server(server.id)

@@ -50,7 +50,8 @@ router_interfaces:
   type: dict
 security_groups: {description: The security groups of that name (security_group_info's list)., returned: always,
                   type: list}
-servers: {description: The servers of that name (server_info's list)., returned: always, type: list}
+servers: {description: "The servers of that name (server_info's list), but for DELETED ones.", returned: always,
+          type: list}
 floating_ips: {description: The floating IPs of that description (floating_ip_info's list)., returned: always,
                type: list}
 """
@@ -115,6 +116,7 @@ class RentalLookupModule(OpenStackModule):
             servers = [
                 s.to_dict(computed=False) if hasattr(s, "to_dict") else s
                 for s in conn.search_servers(name_or_id=p["server"], detailed=False, all_projects=False)
+                if s["status"] != "DELETED"  # listed a few seconds after a delete (rental_server_delete's gone)
             ]
         ips = []
         if p["floating_ip_description"]:  # floating_ip_info

@@ -5,42 +5,41 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: rental_server_delete
-short_description: Delete the servers of a rental's name, refusing any gpu-rent did not rent; wait until gone
+short_description: Delete the servers of a rental's name, refusing any gpu-rent did not rent, and wait until gone
 description:
-  - state=deleting looks up the servers of that name (as openstack.cloud.server_info does), refuses
-    them all - deleting none - when one carries neither the gpu-rent tag nor its mark, asks Nova to
-    delete each (its volumes stay - they are not deleted with a server) and returns their ids at
-    once, so the caller does other work while Nova deletes.
-  - state=gone waits until each of the given ids is gone (not found; DELETED is still listed), asking every half second.
-    openstack.cloud.server waits through openstacksdk, which asks every 5 s; Nova's delete takes
-    about 3 s on the test ground, so a stop paid up to 5 s for nothing.
-  - With I(floating_ip_description), state=gone then deletes the floating IPs of that description
-    (the project's mark), as openstack.cloud.server's delete_ips would - one process where a task of
-    its own cost a stop another login and module start (0.9 s of about 10 on the ground).
-  - With I(application_credential), state=deleting then deletes the idle-killer's credential of that name
-    while Nova deletes the server (named as idle_killer_credential names it - the name, the project id's
-    first 8 characters and the region), where a task of its own cost a stop another login and module
-    start. Keystone refusing it is returned, not raised; the wait still runs and records the server's end.
+  - Looks up the servers of that name (as openstack.cloud.server_info does), refuses them all - deleting
+    none - when one carries neither the gpu-rent tag nor its mark, and asks Nova to delete each (its
+    volumes stay - they are not deleted with a server).
+  - With I(application_credential), then deletes the idle-killer's credential of that name while Nova
+    deletes the server (named as idle_killer_credential names it - the name, the project id's first 8
+    characters and the region). Keystone refusing it is returned, not raised; the wait still runs and
+    the server's end is recorded.
+  - With I(wait), then waits until each server is gone - DELETED or not found, as openstacksdk's
+    wait_for_delete ends - asking every half second (openstack.cloud.server waits through openstacksdk,
+    which asks every 5 s; Nova's delete takes about 3 s on the test ground). A DELETED server holds
+    nothing that bills (its volumes are detached, its ports gone) and every lister of gpu-rent passes
+    over it. With I(floating_ip_description) it then deletes the floating IPs of that description (the
+    project's mark), as openstack.cloud.server's delete_ips would, also when no server was found (a stop
+    killed after its server went). Neutron refusing is returned, not raised.
+  - All of it is one process and one login, where each task of its own cost a stop a module start and a login
+    (about 0.8 s each of about 7 on the ground).
   - A server already gone (the idle-killer deleted it meanwhile) is no error.
 options:
-  name: {description: Server name (state=deleting)., type: str}
-  ids: {description: Ids of servers to wait for (state=gone)., type: list, elements: str, default: []}
-  state: {description: deleting or gone., type: str, default: deleting, choices: [deleting, gone]}
+  name: {description: Server name., type: str, required: true}
+  wait: {description: Wait until the servers are gone., type: bool, default: false}
   floating_ip_description:
-    description: Once the servers are gone (state=gone), delete the floating IPs of this description.
+    description: With I(wait), once the servers are gone, delete the floating IPs of this description.
     type: str
   application_credential:
-    description: >-
-      After asking Nova to delete (state=deleting), delete the current user's application credential
-      of this name.
+    description: After asking Nova to delete, delete the current user's application credential of this name.
     type: str
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
 
 RETURN = r"""
-servers: {description: "The servers found and deleted (server_info's list)", returned: state=deleting, type: list}
-floating_ips: {description: Ids of the floating IPs deleted., returned: state=gone, type: list}
+servers: {description: "The servers found and deleted (server_info's list)", returned: always, type: list}
+floating_ips: {description: Ids of the floating IPs deleted., returned: with floating_ip_description, type: list}
 application_credential_deleted:
   {description: Whether the credential was there and is deleted., returned: with application_credential, type: bool}
 application_credential_error: {description: Why the credential was not deleted., returned: Keystone refused, type: str}
@@ -59,17 +58,17 @@ def ours(server: dict) -> bool:
 
 
 def gone(server) -> bool:
-    """Not found. Nova shows a deleted server as DELETED for a few seconds more (2.3 s on the ground), and
-    lists it too: up's lookup would take it for the rental's server. openstacksdk's wait_for_delete, and
-    the bench's floor, end at DELETED; stop waits until the cloud no longer shows it at all."""
-    return server is None
+    """Not found, or DELETED: Nova sets DELETED once the volumes are detached and the ports deleted, then
+    keeps listing the server for a few seconds more (2.4 s on the ground) while it frees the rest.
+    openstacksdk's wait_for_delete ends there too; rental_lookup, fresh_server, the server role and
+    `gpu-rent status` pass over a DELETED server, so the next up neither adopts nor counts it."""
+    return server is None or server.status == "DELETED"
 
 
 class RentalServerDeleteModule(OpenStackModule):
     argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
-        name=dict(),
-        ids=dict(type="list", elements="str", default=[]),
-        state=dict(default="deleting", choices=["deleting", "gone"]),
+        name=dict(required=True),
+        wait=dict(type="bool", default=False),
         floating_ip_description=dict(),
         application_credential=dict(no_log=False),  # a name, not a secret
     )
@@ -78,27 +77,10 @@ class RentalServerDeleteModule(OpenStackModule):
     def run(self):
         p = self.params
         compute = self.conn.compute
-        if p["state"] == "gone":
-            deadline = time.monotonic() + p["timeout"]
-            left = list(p["ids"])
-            while left:
-                left = [i for i in left if not gone(compute.find_server(i, ignore_missing=True))]
-                if left and time.monotonic() > deadline:
-                    self.fail_json(msg=f"server {', '.join(left)} still there after {p['timeout']} s")
-                if left:
-                    time.sleep(0.5)
-            deleted, refused = [], {}
-            if p["floating_ip_description"]:
-                try:
-                    self._delete_floating_ips(p["floating_ip_description"], deleted)
-                except (self.sdk.exceptions.SDKException, ClientException) as e:  # the end is recorded first, then said
-                    refused = {"floating_ip_error": str(e)}
-            self.exit_json(changed=bool(deleted), floating_ips=deleted, **refused)
-        if not p["name"]:
-            self.fail_json(msg="name is required with state=deleting")
         found = [
             s.to_dict(computed=False) if hasattr(s, "to_dict") else s
             for s in self.conn.search_servers(name_or_id=p["name"])  # server_info
+            if s["status"] != "DELETED"  # an earlier stop ended here (gone)
         ]
         for server in found:
             if not ours(server):
@@ -108,16 +90,34 @@ class RentalServerDeleteModule(OpenStackModule):
                 )
         for server in found:
             compute.delete_server(server["id"], ignore_missing=True)
-        credential = {}
+        said = {}
         if p["application_credential"]:
             try:
-                credential = {"application_credential_deleted": self._delete_credential(p["application_credential"])}
+                said["application_credential_deleted"] = self._delete_credential(p["application_credential"])
             # the wait records the server's end first, then it is said; keystoneauth's own errors (no
             # endpoint, no connection) are not SDKExceptions
             except (self.sdk.exceptions.SDKException, ClientException) as e:
-                credential = {"application_credential_error": str(e)}
-        changed = bool(found) or credential.get("application_credential_deleted", False)
-        self.exit_json(changed=changed, servers=found, **credential)
+                said["application_credential_error"] = str(e)
+        deleted = []
+        if p["wait"]:
+            self._wait_gone([server["id"] for server in found])
+            if p["floating_ip_description"]:
+                try:
+                    self._delete_floating_ips(p["floating_ip_description"], deleted)
+                except (self.sdk.exceptions.SDKException, ClientException) as e:  # the end is recorded first, then said
+                    said["floating_ip_error"] = str(e)
+                said["floating_ips"] = deleted
+        changed = bool(found) or bool(deleted) or said.get("application_credential_deleted", False)
+        self.exit_json(changed=changed, servers=found, **said)
+
+    def _wait_gone(self, ids: list[str]) -> None:
+        deadline = time.monotonic() + self.params["timeout"]
+        while ids:
+            ids = [i for i in ids if not gone(self.conn.compute.find_server(i, ignore_missing=True))]
+            if ids and time.monotonic() > deadline:
+                self.fail_json(msg=f"server {', '.join(ids)} still there after {self.params['timeout']} s")
+            if ids:
+                time.sleep(0.5)
 
     def _delete_credential(self, name: str) -> bool:
         """The idle-killer's credential, as idle_killer_credential state=absent deletes it (and names it)."""

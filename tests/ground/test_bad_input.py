@@ -317,7 +317,7 @@ def cloud_holds(conn, names: list[str]) -> dict[str, dict[str, list]]:
     """Per NAME, everything in the member project that is named after it (one listing of each kind for all)."""
     user = conn.current_user_id
     listed = {
-        "servers": [(s.name, s.id) for s in conn.compute.servers()],
+        "servers": [(s.name, s.id) for s in conn.compute.servers() if s.status != "DELETED"],  # a stop ends at DELETED
         "volumes": [(v.name, v.id, v.size) for v in conn.block_storage.volumes()],
         "snapshots": [(s.name, s.id) for s in conn.block_storage.snapshots()],
         "floating_ips": [((ip.description or "").removeprefix("gpu-rent "), ip.id) for ip in conn.network.ips()],

@@ -152,7 +152,8 @@ class Ours:
         self.conn, self.name = conn, name
 
     def servers(self):
-        return [s for s in self.conn.compute.servers(details=True) if s.name == self.name]
+        # DELETED: listed a few seconds after a stop, which ends there as openstacksdk's wait_for_delete does
+        return [s for s in self.conn.compute.servers(details=True) if s.name == self.name and s.status != "DELETED"]
 
     def volumes(self):
         return {v.name: v for v in self.conn.block_storage.volumes() if v.name.startswith(f"{self.name}-")}

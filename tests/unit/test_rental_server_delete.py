@@ -26,7 +26,9 @@ def test_only_a_server_with_the_tag_or_the_mark_is_ours(server, ours):
     assert module.ours(server) is ours
 
 
-@pytest.mark.parametrize(("status", "gone"), [(None, True), ("DELETED", False), ("ACTIVE", False)])
-def test_a_server_is_gone_only_when_not_found_as_deleted_ones_are_still_listed(status, gone):
+@pytest.mark.parametrize(
+    ("status", "gone"), [(None, True), ("DELETED", True), ("ACTIVE", False), ("SHUTOFF", False), ("ERROR", False)]
+)
+def test_a_server_is_gone_when_not_found_or_deleted_as_wait_for_delete_ends(status, gone):
     server = None if status is None else type("Server", (), {"status": status})()
     assert module.gone(server) is gone
