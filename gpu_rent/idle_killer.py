@@ -582,6 +582,16 @@ def arm(path: Path, text: str, look_unit: str | None) -> int:
         return 2
     result = check_and_record(cfg)
     said = {"changed": changed, "credential_ok": result["state"] == "ok", "credential": _said(result)}
+    # An up arms before it seeds and holds the project: a seeding lock here was left by a killed run on
+    # this VM (the lock lives in /run, which a new boot empties), and would keep it billing until its
+    # valid-until. Cleared here, in a round trip every up makes anyway; the seed role releases its own.
+    try:
+        Path(cfg.seeding_lock).unlink()
+        said["seeding_lock"] = "cleared"
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        said["seeding_lock"] = f"not cleared: {e}"
     if look_unit:  # a oneshot: systemctl returns when the look is done, so status reads it at once
         try:
             look = subprocess.run(["systemctl", "start", look_unit], capture_output=True, text=True)

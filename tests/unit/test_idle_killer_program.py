@@ -273,8 +273,14 @@ def test_arm_writes_the_config_root_only_once_and_records_keystones_word(tmp_pat
         out = capsys.readouterr().out
         return rc, json.loads(out) if rc == 0 else out
 
+    lock = tmp_path / "seeding"
+    config["seeding_lock"] = str(lock)
+    lock.write_text(str(2**31))  # left by a killed run: held far into the future
+    text = json.dumps(config) + "\n"
     rc, said = arm(text)
     assert rc == 0 and said["changed"] and not said["credential_ok"] and "look" not in said
+    assert said["seeding_lock"] == "cleared" and not lock.exists()
+    assert "seeding_lock" not in arm(text)[1]  # none left: nothing said
     assert said["credential"].startswith("credential unreachable") and SECRET not in json.dumps(said)
     assert path.read_text() == text
     assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
