@@ -582,9 +582,11 @@ def arm(path: Path, text: str, look_unit: str | None) -> int:
         return 2
     result = check_and_record(cfg)
     said = {"changed": changed, "credential_ok": result["state"] == "ok", "credential": _said(result)}
-    # An up arms before it seeds and holds the project: a seeding lock here was left by a killed run on
-    # this VM (the lock lives in /run, which a new boot empties), and would keep it billing until its
-    # valid-until. Cleared here, in a round trip every up makes anyway; the seed role releases its own.
+    # An up (or seed-llm) arms before it seeds and holds the project's lock: a seeding lock here was left
+    # by a killed run on this VM (it lives in /run, which a new boot empties) and would keep the VM
+    # billing until its valid-until. Cleared here, in a round trip every up makes anyway; the seed role
+    # releases only its own. A direct playbook run beside a gpu-rent command holds no project lock and
+    # may clear that command's lock: its next part takes it again (fetch.py's download does not, on purpose).
     try:
         Path(cfg.seeding_lock).unlink()
         said["seeding_lock"] = "cleared"

@@ -114,6 +114,8 @@ class FreshServerModule(OpenStackModule):
         # find_server would take a DELETED server of the name (a stop just ended at it) and fail on two
         listed = compute.servers(name=f"^{p['name']}$")  # Nova's filter is a regex: the name is checked below
         named = [s for s in listed if s.name == p["name"] and s.status != "DELETED"]
+        if len(named) > 1:  # the server role refuses two first; only a race gets here
+            self.fail_json(msg=f"{len(named)} servers are named {p['name']} ({', '.join(s.id for s in named)})")
         server = named[0] if named else None
         changed = server is None
         # an existing one is from an up interrupted while this module waited: adopt it, name what it made

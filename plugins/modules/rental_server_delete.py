@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: delete the rental's server (never a server gpu-rent did not rent), or wait until it is gone."""
+"""Ansible module: delete the rental's server (never one gpu-rent did not rent), wait until gone, delete its address."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ extends_documentation_fragment:
 
 RETURN = r"""
 servers: {description: "The servers found and deleted (server_info's list)", returned: always, type: list}
-floating_ips: {description: Ids of the floating IPs deleted., returned: with floating_ip_description, type: list}
+floating_ips: {description: Ids of the floating IPs deleted., returned: with wait and floating_ip_description,
+               type: list}
 application_credential_deleted:
   {description: Whether the credential was there and is deleted., returned: with application_credential, type: bool}
 application_credential_error: {description: Why the credential was not deleted., returned: Keystone refused, type: str}
