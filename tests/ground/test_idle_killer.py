@@ -455,8 +455,10 @@ def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_a
           idle_killer_billing_hour="rental", idle_killer_rental_started_at=str(paid_until - 3600),
           idle_killer_billing_margin_seconds=margin)  # fmt: skip
     assert next_reason(address)["reason"].startswith("grace after boot")
-    # twice in full ground runs (never alone) this stop outlived ssh's 30 s: the journal says why
-    systemctl_swarmui(address, "stop")
+    # Not waited for: in full ground runs (never alone) the stand-in's shutdown has hung past the unit's
+    # 30 s stop timeout after its API closed (journal: "Shutting down...", then systemd's SIGKILL), and a
+    # blocking stop then outlived the 6 s cap this test looks inside. A closed API is what it needs.
+    assert ssh(address, "systemctl --no-block stop swarmui").returncode == 0
     seen = wait_until(
         "SwarmUI counted as busy",
         lambda: (s := next_reason(address)) and s["reason"].startswith("SwarmUI not answering") and s,
