@@ -14,7 +14,7 @@ description:
     deletes the server (named as idle_killer_credential names it - the name, the project id's first 8
     characters and the region). Keystone refusing it is returned, not raised; the wait still runs and
     the server's end is recorded.
-  - With I(wait), then waits until each server is gone - DELETED or not found, as openstacksdk's
+  - Then waits until each server is gone - DELETED or not found, as openstacksdk's
     wait_for_delete ends - asking every half second (openstack.cloud.server waits through openstacksdk,
     which asks every 5 s; Nova's delete takes about 3 s on the test ground). A DELETED server holds
     nothing that bills (its volumes are detached, its ports gone) and every lister of gpu-rent passes
@@ -26,9 +26,8 @@ description:
   - A server already gone (the idle-killer deleted it meanwhile) is no error.
 options:
   name: {description: Server name., type: str, required: true}
-  wait: {description: Wait until the servers are gone., type: bool, default: false}
   floating_ip_description:
-    description: With I(wait), once the servers are gone, delete the floating IPs of this description.
+    description: Once the servers are gone, delete the floating IPs of this description.
     type: str
   application_credential:
     description: After asking Nova to delete, delete the current user's application credential of this name.
@@ -39,8 +38,7 @@ extends_documentation_fragment:
 
 RETURN = r"""
 servers: {description: "The servers found and deleted (server_info's list)", returned: always, type: list}
-floating_ips: {description: Ids of the floating IPs deleted., returned: with wait and floating_ip_description,
-               type: list}
+floating_ips: {description: Ids of the floating IPs deleted., returned: with floating_ip_description, type: list}
 application_credential_deleted:
   {description: Whether the credential was there and is deleted., returned: with application_credential, type: bool}
 application_credential_error: {description: Why the credential was not deleted., returned: Keystone refused, type: str}
@@ -69,7 +67,6 @@ def gone(server) -> bool:
 class RentalServerDeleteModule(OpenStackModule):
     argument_spec = dict(  # noqa: RUF012 - the base class reads it as a class attribute
         name=dict(required=True),
-        wait=dict(type="bool", default=False),
         floating_ip_description=dict(),
         application_credential=dict(no_log=False),  # a name, not a secret
     )
@@ -81,7 +78,7 @@ class RentalServerDeleteModule(OpenStackModule):
         found = [
             s.to_dict(computed=False) if hasattr(s, "to_dict") else s
             for s in self.conn.search_servers(name_or_id=p["name"])  # server_info
-            if s["status"] != "DELETED"  # an earlier stop ended here (gone)
+            if not gone(s)  # an earlier stop ended at DELETED
         ]
         for server in found:
             if not ours(server):
@@ -100,14 +97,13 @@ class RentalServerDeleteModule(OpenStackModule):
             except (self.sdk.exceptions.SDKException, ClientException) as e:
                 said["application_credential_error"] = str(e)
         deleted = []
-        if p["wait"]:
-            self._wait_gone([server["id"] for server in found])
-            if p["floating_ip_description"]:
-                try:
-                    self._delete_floating_ips(p["floating_ip_description"], deleted)
-                except (self.sdk.exceptions.SDKException, ClientException) as e:  # the end is recorded first, then said
-                    said["floating_ip_error"] = str(e)
-                said["floating_ips"] = deleted
+        self._wait_gone([server["id"] for server in found])
+        if p["floating_ip_description"]:
+            try:
+                self._delete_floating_ips(p["floating_ip_description"], deleted)
+            except (self.sdk.exceptions.SDKException, ClientException) as e:  # the end is recorded first, then said
+                said["floating_ip_error"] = str(e)
+            said["floating_ips"] = deleted
         changed = bool(found) or bool(deleted) or said.get("application_credential_deleted", False)
         self.exit_json(changed=changed, servers=found, **said)
 
