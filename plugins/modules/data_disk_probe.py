@@ -14,6 +14,9 @@ description:
   - It only reads. Every one of these reads stays on every run (they guard the data - nothing is
     formatted that holds anything); they were ten tasks of about 0.2 s each over SSH, now one.
   - The role judges the answers (roles/data_volume/tasks/filesystem.yml); this module decides nothing.
+  - It also reads the fstab lines of the mount point and, for ext4 and ext3, the filesystem's size
+    against the disk's, so that a warm run spares the mount and the grow their round trips when fstab
+    already says what the mount task would write and the filesystem already fills its disk.
 options:
   link: {description: The disk's link in /dev/disk/by-id., required: true, type: path}
   wait_seconds: {description: How long to wait for the link., type: int, default: 60}
@@ -40,6 +43,11 @@ marker_exists: {description: Whether mount_point/marker exists (on whatever is m
                 type: bool}
 top: {description: The top level of the disk when it is mounted at mount_point, else null., returned: when is_block,
       type: list}
+fstab: {description: "The fields of each /etc/fstab line whose mount point is mount_point, in order.",
+        returned: when is_block, type: list}
+disk_bytes: {description: The disk's size., returned: when is_block, type: int}
+fs_bytes: {description: "The ext4 or ext3 filesystem's size (dumpe2fs -h: block count times block size); null for
+           any other filesystem or when dumpe2fs cannot say.", returned: when is_block, type: int}
 """
 
 import json
@@ -60,6 +68,26 @@ def must(module: AnsibleModule, argv: list) -> str:
     if done.returncode != 0:
         module.fail_json(msg=f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}", rc=done.returncode)
     return done.stdout
+
+
+def fstab_lines(text: str, mount_point: str) -> list:
+    """The fields of the lines naming mount_point, split as ansible.posix.mount splits them (a comment cut off)."""
+    lines = (line.split("#")[0].split() for line in text.splitlines())
+    return [fields for fields in lines if len(fields) > 1 and fields[1] == mount_point]
+
+
+def ext_bytes(dumpe2fs_header: str) -> int | None:
+    """Block count times block size from dumpe2fs -h, or None when either is missing."""
+    found = dict(line.split(":", 1) for line in dumpe2fs_header.splitlines() if ":" in line)
+    try:
+        return int(found["Block count"]) * int(found["Block size"])
+    except (KeyError, ValueError):
+        return None
+
+
+def disk_size(device: str) -> int:
+    with open(device, "rb") as disk:
+        return disk.seek(0, os.SEEK_END)
 
 
 def main() -> None:
@@ -101,6 +129,15 @@ def main() -> None:
     mounted_at = [m["target"] for m in mounts if m.get("maj:min") == devno and m.get("fsroot") == "/"]
     sources = [m.get("source") or "" for m in mounts if m.get("target") == p["mount_point"]]
     top = sorted(os.listdir(p["mount_point"])) if p["mount_point"] in mounted_at else None
+    try:
+        with open("/etc/fstab", encoding="utf-8") as handle:
+            fstab = fstab_lines(handle.read(), p["mount_point"])
+    except FileNotFoundError:
+        fstab = []
+    fs_bytes = None
+    if found.get("TYPE") in ("ext4", "ext3"):
+        header = run(["dumpe2fs", "-h", device])  # missing e2fsprogs, or damage: None, and the role grows as before
+        fs_bytes = ext_bytes(header.stdout) if header.returncode == 0 else None
     module.exit_json(
         changed=False,
         device=device,
@@ -113,6 +150,9 @@ def main() -> None:
         mount_point_source=sources[-1] if sources else "",
         marker_exists=os.path.lexists(os.path.join(p["mount_point"], p["marker"])),
         top=top,
+        fstab=fstab,
+        disk_bytes=disk_size(device),
+        fs_bytes=fs_bytes,
     )
 
 

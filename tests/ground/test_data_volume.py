@@ -151,6 +151,14 @@ def test_an_empty_disk_is_formatted_once_and_a_second_run_changes_nothing(blank,
     assert second.returncode == 0, second.stdout
     assert counts["changed"] == 0, second.stdout
     assert fs_uuid(host) == uuid  # not formatted again
+    # A warm run skips the mount task when fstab already says what it writes: an edited line is still put back.
+    edited = re.sub(rf"^(UUID={uuid}\s+{MOUNT}\s+ext4\s+)\S+", r"\1defaults", fstab, flags=re.M)
+    assert edited != fstab
+    host.sh(f"cat > /etc/fstab <<'FSTAB'\n{edited}FSTAB")
+    third, counts = play(host, tmp_path)
+    assert third.returncode == 0, third.stdout
+    assert counts["changed"] > 0, third.stdout
+    assert re.search(rf"^UUID={uuid}\s+{MOUNT}\s+ext4\s+\S*nofail", host.sh("cat /etc/fstab"), re.M)
 
 
 def test_ext4_with_files_and_no_marker_is_refused_and_kept_byte_for_byte(blank, tmp_path):
