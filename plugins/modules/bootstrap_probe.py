@@ -15,6 +15,10 @@ description:
   - Fails with df's own words when df fails (a path that does not exist), as the role's df task did.
 options:
   disk_paths: {description: Paths whose filesystems are measured., required: true, type: list, elements: path}
+  stamp:
+    description: The calling role's stamp (vm_stamp's options, as roles/vm_stamp/tasks/spec.yml makes them),
+      checked in this round trip instead of a vm_stamp task of its own.
+    type: dict
 """
 
 RETURN = r"""
@@ -22,12 +26,19 @@ nvidia_smi: {description: "nvidia-smi's rc, stdout_lines and stderr_lines.", ret
 kernel_driver: {description: "/proc/driver/nvidia/version's text, or null (nvidia-smi answered, or no driver).",
                 returned: always, type: str}
 df_lines: {description: "df's output lines, the header first.", returned: always, type: list}
+stamp: {description: "vm_stamp's answer for I(stamp) - fresh, why.", returned: with stamp, type: dict}
 """
 
 import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+
+# As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
+try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_stamp import STAMP_OPTIONS, checked
+except ImportError:
+    from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, checked
 
 SMI = ["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"]
 
@@ -56,7 +67,11 @@ def kernel_driver(path: str = "/proc/driver/nvidia/version") -> str | None:
 
 def main():
     module = AnsibleModule(
-        argument_spec={"disk_paths": {"type": "list", "elements": "path", "required": True}}, supports_check_mode=True
+        argument_spec={
+            "disk_paths": {"type": "list", "elements": "path", "required": True},
+            "stamp": {"type": "dict", "options": STAMP_OPTIONS},
+        },
+        supports_check_mode=True,
     )
     smi = nvidia_smi()
     df = run(["df", "--output=avail,target", "-B1", "--", *module.params["disk_paths"]])
@@ -67,6 +82,7 @@ def main():
         nvidia_smi=smi,
         kernel_driver=kernel_driver() if smi["rc"] != 0 else None,
         df_lines=df["stdout_lines"],
+        **checked(module),
     )
 
 

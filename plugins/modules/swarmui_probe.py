@@ -14,6 +14,10 @@ description:
     over SSH on every warm run were the role's largest share of a warm up.
 options:
   dir: {description: SwarmUI's folder., required: true, type: path}
+  stamp:
+    description: The calling role's stamp (vm_stamp's options, as roles/vm_stamp/tasks/spec.yml makes them),
+      checked in this round trip instead of a vm_stamp task of its own.
+    type: dict
 """
 
 RETURN = r"""
@@ -29,6 +33,7 @@ gpus:
     stdout_lines."
   returned: always
   type: dict
+stamp: {description: "vm_stamp's answer for I(stamp) - fresh, why.", returned: with stamp, type: dict}
 """
 
 import os
@@ -38,6 +43,12 @@ import stat
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+
+# As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
+try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_stamp import STAMP_OPTIONS, checked
+except ImportError:
+    from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, checked
 
 
 def text(path: str) -> str | None:
@@ -76,7 +87,10 @@ def gpus() -> dict:
 
 
 def main():
-    module = AnsibleModule(argument_spec={"dir": {"type": "path", "required": True}}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={"dir": {"type": "path", "required": True}, "stamp": {"type": "dict", "options": STAMP_OPTIONS}},
+        supports_check_mode=True,
+    )
     top = module.params["dir"]
     settings = text(os.path.join(top, "Data", "Settings.fds"))
     module.exit_json(
@@ -87,6 +101,7 @@ def main():
         backends=text(os.path.join(top, "Data", "Backends.fds")),
         data_mode=folder_mode(os.path.join(top, "Data")),
         gpus=gpus(),
+        **checked(module),
     )
 
 

@@ -1,14 +1,18 @@
-"""The stamp a VM role leaves and checks (plugins/modules/vm_stamp.py): when a warm run may skip its work."""
+"""The stamp a VM role leaves and checks (plugins/modules/vm_stamp.py, its logic in
+plugins/module_utils/gpu_rent_stamp.py): when a warm run may skip its work."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.module_file import load
 
-vm_stamp = load("vm_stamp", Path(__file__).resolve().parents[2] / "plugins" / "modules" / "vm_stamp.py")
+ROOT = Path(__file__).resolve().parents[2]
+load("vm_stamp", ROOT / "plugins" / "modules" / "vm_stamp.py")  # the module imports its logic as a direct run does
+vm_stamp = sys.modules["ansible.module_utils.gpu_rent_stamp"]
 
 INPUTS = {"role": "abc", "vars": {"swarmui_version": "0.9.8"}}
 
@@ -74,3 +78,48 @@ def test_a_file_that_must_be_absent_makes_it_stale_while_it_exists():
     assert vm_stamp.judge(recorded, wanted, {}, [], False, ["/opt/swarmui/src/bin/must_rebuild"]) == (
         "/opt/swarmui/src/bin/must_rebuild exists"
     )
+
+
+def spec_in(folder: Path, files: list[str], **more) -> dict:
+    return {"name": "role", "inputs": "digest-of-the-vars", "files": files, "units": [], "absent": [],
+            "force": False, "dir": str(folder / "stamps"), **more}  # fmt: skip
+
+
+def test_check_after_record_is_fresh_until_a_file_or_the_inputs_change(tmp_path):
+    made = tmp_path / "made.conf"
+    made.write_text("as the role left it\n")
+    spec = spec_in(tmp_path, [str(made)])
+    assert vm_stamp.check(spec, lambda: "/bin/false") == {"fresh": False, "why": "no stamp of an earlier run"}
+    vm_stamp.record(spec)
+    assert vm_stamp.check(spec, lambda: "/bin/false") == {"fresh": True, "why": ""}
+    assert (
+        vm_stamp.check({**spec, "inputs": "another"}, lambda: "/bin/false")["why"] == "its inputs or the role changed"
+    )
+    made.write_text("edited\n")
+    assert vm_stamp.check(spec, lambda: "/bin/false")["why"] == f"{made} changed"
+
+
+class Probe:
+    """What a probe module hands gpu_rent_stamp.checked: its params and get_bin_path."""
+
+    def __init__(self, stamp):
+        self.params = {"stamp": stamp}
+
+    def get_bin_path(self, name, required=False):
+        return "/bin/false"
+
+
+def test_a_probe_answers_for_the_stamp_it_was_given_and_for_none_without(tmp_path):
+    spec = spec_in(tmp_path, [])
+    vm_stamp.record(spec)
+    assert vm_stamp.checked(Probe(spec)) == {"stamp": {"fresh": True, "why": ""}}
+    assert vm_stamp.checked(Probe({**spec, "force": True})) == {"stamp": {"fresh": False, "why": "asked to run whole"}}
+    assert vm_stamp.checked(Probe(None)) == {}
+
+
+def test_the_probes_take_the_stamp_as_vm_stamp_does():
+    modules = ROOT / "plugins" / "modules"
+    for name in ("bootstrap_probe", "swarmui_probe"):
+        text = (modules / f"{name}.py").read_text()
+        assert '"stamp": {"type": "dict", "options": STAMP_OPTIONS}' in text, name
+        assert "**checked(module)" in text, name
