@@ -605,7 +605,10 @@ def test_status_shows_the_armed_idle_killer_whose_credential_may_delete_this_ser
     shown = gpu_rent(project, "status")
     assert "killer    armed, kept alive by: grace after boot" in shown.stdout
     address = state(project)["resources"]["floating_ip_address"]
-    secret = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_secret"]
+    held = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
+    # made by up while the new server booted (credential_early.yml), then written to the VM: the one there is
+    assert held["credential_id"] == ours.killer_credential().id
+    secret = held["credential_secret"]
     files = [p for p in (project / ".gpu-rent").rglob("*") if p.is_file()]
     assert len(secret) > 20 and [str(p) for p in files if secret.encode() in p.read_bytes()] == []
 
