@@ -234,7 +234,8 @@ UP_FAULTS = [
     ("ctrl+c", "creating the boot volume from the image", task("up", "Create the boot volume, once,"), 0.5),
     ("kill", "renting the first flavor (No valid host)", task("up", "from the existing volumes as gpu.a100.1"), 1.0),
     ("kill", "renting the fallback flavor (building)", task("up", "from the existing volumes as gpu.l4.1"), 1.0),
-    ("kill", "attaching the floating IP", task("up", "floating_ip : Attach the floating IP to the server."), 0.2),
+    # the server's create attaches the address now; the role's own attach is included only where it did not
+    ("kill", "attaching the floating IP", task("up", "floating_ip : Take this project's floating IP and attach"), 0.2),
     ("kill", "phase bootstrapping: SSH answers", phase("bootstrapping"), 0.0),
     ("kill", "making the idle-killer's credential", task("up", "idle_killer : Keep or make the credential"), 0.5),
     ("kill", "formatting the empty data volume", task("up", "data_volume : Format the empty disk, once."), 0.2),
@@ -325,6 +326,9 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     rental.interrupt(("stop",), task("stop", "Refuse to destroy the volumes"), "stop's first step", 0.0)
     rental.converged_invariants("stop killed at its first step")
     assert rental.ours.servers()
+    # an end status kept from the walk's servers (one in ERROR that up deleted, when status saw it first)
+    kept_end = project / ".gpu-rent" / "last-end.json"
+    earlier_end = json.loads(kept_end.read_text()) if kept_end.exists() else None
     opened = gpu_rent(project, "tunnel", "--background", "--stop-on-exit")
     assert opened.returncode == 0, opened.stderr
     address, server = rental.address(), state(project)["resources"]["server"]
@@ -373,9 +377,10 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     seen = rental.converged_invariants("stop converged")
     assert seen["phase"] == "idle" and seen["server"] is None and seen["leftovers"] == [], seen
     assert not rental.ours.servers() and not rental.ours.floating_ips() and rental.ours.killer_credential() is None
-    # how the server ended, when some step saw it go (the killed stop's record, or status finding it gone)
+    # how the server ended, when some step saw it go (the killed stop's record, or status finding it gone);
+    # else the end kept from before this test
     ended = seen.pop("last_end", None)
-    assert ended is None or ended["server_id"] == server, ended
+    assert ended is None or ended["server_id"] == server or ended == earlier_end, (ended, earlier_end)
     assert server not in json.dumps(seen)
     assert len(rental.faults) == len(UP_FAULTS) + 4, rental.faults
     kills = [f for f in rental.faults if f.startswith("kill -9")]
