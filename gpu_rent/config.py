@@ -16,18 +16,18 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlparse
 
-import openstack.config
-import openstack.connection
-import openstack.exceptions
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
-from keystoneauth1 import exceptions as ksa_exceptions
-from openstack.config.cloud_region import CloudRegion
 
 from gpu_rent import llm_models, swarmui_versions
+
+if TYPE_CHECKING:
+    import openstack.config
+    import openstack.connection
+    from openstack.config.cloud_region import CloudRegion
 
 VARS_FILE = "gpu-rent.vars"
 ENV_FILE = ".env"
@@ -530,8 +530,12 @@ def _merged_env(file_env: dict[str, str] | None, environ: Mapping[str, str]) -> 
     return {**wanted, **file_env}
 
 
-# What resolving a cloud configuration raises for a bad entry (e.g. an unknown auth_type)
-CONFIG_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
+def _config_errors() -> tuple[type[Exception], ...]:
+    """What resolving a cloud configuration raises for a bad entry (e.g. an unknown auth_type)."""
+    import openstack.exceptions
+    from keystoneauth1 import exceptions as ksa_exceptions
+
+    return (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
 
 
 @dataclass(frozen=True)
@@ -550,6 +554,10 @@ class CloudAuth:
         return f"CloudAuth(auth_url={dict(self.options).get('auth_url')!r})"
 
     def openstack_config(self) -> openstack.config.OpenStackConfig:
+        # imported here: the vars plugin loads this module in every ansible-playbook the CLI starts, and
+        # there (the CLI hands the resolved auth over) openstacksdk's import was 0.25 s of its start-up
+        import openstack.config
+
         # load_envvars=False: only what load() resolved counts, not whatever the shell happens to export.
         if self.cloud:
             files = [str(self.config_file)] if self.config_file else None
@@ -564,6 +572,8 @@ class CloudAuth:
         return config.get_one(**dict(self.options))
 
     def connect(self) -> openstack.connection.Connection:
+        import openstack.connection
+
         return openstack.connection.Connection(config=self.region())
 
     def ansible_params(self) -> dict[str, Any]:
@@ -601,7 +611,7 @@ def _cloud_auth(env: dict[str, str], file_env: dict[str, str] | None, project_di
         auth = CloudAuth(options=tuple(sorted(options.items())))
         try:
             auth.region()
-        except CONFIG_ERRORS as exc:
+        except _config_errors() as exc:
             raise ConfigError(_source("OS_AUTH_URL", file_env), f"OS_* cloud auth: {exc}", key="OS_AUTH_URL") from None
         return auth
     raise ConfigError(
@@ -636,7 +646,7 @@ def _named_cloud(env: dict[str, str], file_env: dict[str, str] | None, project_d
         raise ConfigError(where, f"OS_CLOUD={name} is not in {read} (clouds there: {known})", key="OS_CLOUD")
     try:
         auth.region()
-    except CONFIG_ERRORS as exc:
+    except _config_errors() as exc:
         raise ConfigError(where, f"OS_CLOUD={name}: {exc}", key="OS_CLOUD") from None
     return auth
 

@@ -46,6 +46,7 @@ floating_ip_error: {description: Why the floating IPs were not all deleted., ret
 """
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
 from keystoneauth1.exceptions import ClientException
@@ -89,18 +90,16 @@ class RentalServerDeleteModule(OpenStackModule):
         for server in found:
             compute.delete_server(server["id"], ignore_missing=True)
         said = {}
-        if p["application_credential"]:
-            try:
-                said["application_credential_deleted"] = self._delete_credential(p["application_credential"])
-            # the wait records the server's end first, then it is said; keystoneauth's own errors (no
-            # endpoint, no connection) are not SDKExceptions
-            except (self.sdk.exceptions.SDKException, ClientException) as e:
-                said["application_credential_error"] = str(e)
+        # Nova's delete takes seconds: the credential goes and the addresses are listed meanwhile
+        with ThreadPoolExecutor(max_workers=2) as beside:
+            credential = beside.submit(self._credential_said, p["application_credential"])
+            addresses = beside.submit(self._addresses, p["floating_ip_description"])
+            self._wait_gone([server["id"] for server in found])
+        said.update(credential.result())
         deleted = []
-        self._wait_gone([server["id"] for server in found])
         if p["floating_ip_description"]:
             try:
-                self._delete_floating_ips(p["floating_ip_description"], deleted)
+                self._delete_floating_ips(addresses.result(), deleted)
             except (self.sdk.exceptions.SDKException, ClientException) as e:  # the end is recorded first, then said
                 said["floating_ip_error"] = str(e)
             said["floating_ips"] = deleted
@@ -116,6 +115,17 @@ class RentalServerDeleteModule(OpenStackModule):
             if ids:
                 time.sleep(0.5)
 
+    def _credential_said(self, name: str | None) -> dict:
+        """What became of the idle-killer's credential, for the result (nothing without a name)."""
+        if not name:
+            return {}
+        try:
+            return {"application_credential_deleted": self._delete_credential(name)}
+        # the wait records the server's end first, then it is said; keystoneauth's own errors (no
+        # endpoint, no connection) are not SDKExceptions
+        except (self.sdk.exceptions.SDKException, ClientException) as e:
+            return {"application_credential_error": str(e)}
+
     def _delete_credential(self, name: str) -> bool:
         """The idle-killer's credential, as idle_killer_credential state=absent deletes it (and names it)."""
         identity = self.conn.identity
@@ -126,12 +136,15 @@ class RentalServerDeleteModule(OpenStackModule):
             identity.delete_application_credential(user, found.id)
         return bool(found)
 
-    def _delete_floating_ips(self, description: str, deleted: list[str]) -> None:
+    def _addresses(self, description: str | None) -> list:
+        """The project's floating IPs (listed while the server goes; deleted once it is gone)."""
+        return list(self.conn.network.ips(description=description)) if description else []
+
+    def _delete_floating_ips(self, addresses: list, deleted: list[str]) -> None:
         """After the server: an address deleted first would leave a running server unreachable to a stop
         killed in between; the other way round only the address is left, and the next stop finds it."""
-        network = self.conn.network
-        for ip in list(network.ips(description=description)):
-            network.delete_ip(ip.id, ignore_missing=True)
+        for ip in addresses:
+            self.conn.network.delete_ip(ip.id, ignore_missing=True)
             deleted.append(ip.id)
 
 
