@@ -24,6 +24,20 @@ options:
                 default: the disk is not attached}
   mount_point: {description: Where the data volume is mounted., required: true, type: path}
   marker: {description: The marker file gpu-rent writes at the top of its filesystem., required: true, type: str}
+  stamp:
+    description: The boot-time grow's stamp (vm_stamp's options, as roles/vm_stamp/tasks/spec.yml makes them),
+      checked in this round trip; its inputs are taken together with the UUID blkid finds (the unit names the
+      filesystem), so it is checked only when blkid finds one.
+    type: dict
+  binds:
+    description: The bind mounts that must come from this filesystem - its directory I(src) on I(bind_dir)/I(dest)
+      - each with its fstab line (C(mount_point/src target none bind_opts)), as
+      roles/data_volume/tasks/bind_mounts.yml checks them.
+    type: list
+    elements: dict
+    default: []
+  bind_dir: {description: The directory the binds' I(dest) are in., type: path, default: /}
+  bind_opts: {description: The options of each bind's fstab line., type: str, default: bind}
 """
 
 RETURN = r"""
@@ -46,6 +60,10 @@ top: {description: The top level of the disk when it is mounted at mount_point, 
 fstab: {description: "The fields of each /etc/fstab line whose mount point is mount_point, in order.",
         returned: when is_block, type: list}
 disk_bytes: {description: The disk's size., returned: when is_block, type: int}
+stamp: {description: "vm_stamp's answer for I(stamp) with the UUID found - fresh, why.",
+        returned: with stamp and a UUID, type: dict}
+binds_in_place: {description: "Every bind is mounted from this filesystem's own directory and in fstab (the mount
+                 point's last mount counts, as findmnt's last line).", returned: when is_block, type: bool}
 fs_bytes: {description: "The ext4 or ext3 filesystem's size (dumpe2fs -h: block count times block size); null for
            any other filesystem or when dumpe2fs cannot say.", returned: when is_block, type: int}
 """
@@ -57,6 +75,12 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+
+# As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
+try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_stamp import STAMP_OPTIONS, check
+except ImportError:
+    from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, check
 
 
 def run(argv: list) -> subprocess.CompletedProcess:
@@ -85,6 +109,25 @@ def ext_bytes(dumpe2fs_header: str) -> int | None:
         return None
 
 
+def binds_in_place(mounts: list, fstab: str, mount_point: str, binds: list, opts: str) -> bool:
+    """Whether each bind's target shows the mount point's filesystem at /src on top, and fstab has its line
+    (bind_mounts.yml's shell check, which undoes and makes binds when this says no). binds: {src, target}."""
+
+    def last(target: str) -> dict:
+        return next((m for m in reversed(mounts) if m.get("target") == target), {})
+
+    volume = last(mount_point).get("maj:min")
+    lines = [line.split() for line in fstab.splitlines()]
+    for bind in binds:
+        on_top = last(bind["target"])
+        if not volume or on_top.get("maj:min") != volume or on_top.get("fsroot") != "/" + bind["src"]:
+            return False
+        wanted = [f"{mount_point}/{bind['src']}", bind["target"], "none", opts]
+        if not any(fields[:4] == wanted for fields in lines):
+            return False
+    return True
+
+
 def disk_size(device: str) -> int:
     with open(device, "rb") as disk:
         return disk.seek(0, os.SEEK_END)
@@ -98,6 +141,10 @@ def main() -> None:
             missing_msg=dict(default="the disk is not attached"),
             mount_point=dict(type="path", required=True),
             marker=dict(required=True),
+            stamp=dict(type="dict", options=STAMP_OPTIONS),
+            binds=dict(type="list", elements="dict", default=[]),
+            bind_dir=dict(type="path", default="/"),
+            bind_opts=dict(default="bind"),
         ),
         supports_check_mode=True,
     )
@@ -131,9 +178,14 @@ def main() -> None:
     top = sorted(os.listdir(p["mount_point"])) if p["mount_point"] in mounted_at else None
     try:
         with open("/etc/fstab", encoding="utf-8") as handle:
-            fstab = fstab_lines(handle.read(), p["mount_point"])
+            fstab_text = handle.read()
     except FileNotFoundError:
-        fstab = []
+        fstab_text = ""
+    binds = [{"src": b["src"], "target": os.path.join(p["bind_dir"], b["dest"])} for b in p["binds"]]
+    said = {}
+    if p["stamp"] and found.get("UUID"):
+        spec = {**p["stamp"], "inputs": {"role": p["stamp"]["inputs"], "uuid": found["UUID"]}}
+        said["stamp"] = check(spec, lambda: module.get_bin_path("systemctl", required=True))
     fs_bytes = None
     if found.get("TYPE") in ("ext4", "ext3"):
         header = run(["dumpe2fs", "-h", device])  # missing e2fsprogs, or damage: None, and the role grows as before
@@ -150,9 +202,11 @@ def main() -> None:
         mount_point_source=sources[-1] if sources else "",
         marker_exists=os.path.lexists(os.path.join(p["mount_point"], p["marker"])),
         top=top,
-        fstab=fstab,
+        fstab=fstab_lines(fstab_text, p["mount_point"]),
         disk_bytes=disk_size(device),
         fs_bytes=fs_bytes,
+        binds_in_place=binds_in_place(mounts, fstab_text, p["mount_point"], binds, p["bind_opts"]),
+        **said,
     )
 
 

@@ -149,6 +149,22 @@ def test_the_users_settings_stay_and_only_owned_keys_are_corrected(rented, host,
     assert global_status(host)["backend_status"]["status"] == "running"
 
 
+def test_a_warm_run_finds_and_mends_a_wrong_bind_and_a_stopped_swarmui(rented, host, first_run, tmp_path):
+    """What a warm run skips on its probe's word must still be found: a bind over the boot disk (made while
+    the data volume was missing) and a stopped swarmui make it do the work."""
+    assert first_run.returncode == 0, converged(first_run)
+    broken = ssh(host, "systemctl stop swarmui && umount /opt/swarmui/Models && "
+                       "mount -t tmpfs tmpfs /opt/swarmui/Models")  # fmt: skip
+    assert broken.returncode == 0, broken.stderr
+    rerun = run_bootstrap(rented, tmp_path)
+    assert rerun.returncode == 0, converged(rerun)
+    assert recap(rerun)["changed"] > 0, converged(rerun)
+    top = ssh(host, "findmnt -n -o SOURCE,FSROOT --mountpoint /opt/swarmui/Models | tail -1").stdout.split()
+    assert top[-1] == "/Models" and "tmpfs" not in top[0], top  # the data volume's Models, the tmpfs undone
+    assert ssh(host, "systemctl is-active swarmui").stdout.strip() == "active"
+    assert global_status(host)["backend_status"]["status"] == "running"
+
+
 def test_require_gpu_on_a_host_without_one_fails_in_words(rented, host, first_run, tmp_path):
     result = run_bootstrap(rented, tmp_path, bootstrap_require_gpu=True)
     assert result.returncode != 0

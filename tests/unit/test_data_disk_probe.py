@@ -53,3 +53,43 @@ def test_a_filesystem_made_on_the_whole_disk_fills_it_within_the_roles_mib(tmp_p
     with disk.open("r+b") as handle:  # resize-data: the disk grew by a GiB, the filesystem did not
         handle.truncate(64 * 2**20 + 2**30)
     assert probe.ext_bytes(header) + 2**20 < probe.disk_size(str(disk))  # the role grows it
+
+
+OPTS = "bind,nofail"
+BINDS = [{"src": "Models", "target": "/opt/swarmui/Models"}]
+
+
+def _mounts(models_from: str = "259:1", models_root: str = "/Models") -> list:
+    """findmnt --json --list's filesystems: the data volume, then its Models bound into SwarmUI."""
+    return [
+        {"target": "/", "source": "/dev/vda1", "maj:min": "259:0", "fsroot": "/"},
+        {"target": "/mnt/swarm_data", "source": "/dev/vdb", "maj:min": "259:1", "fsroot": "/"},
+        {"target": "/opt/swarmui/Models", "source": "/dev/vdb[/Models]", "maj:min": models_from,
+         "fsroot": models_root},
+    ]  # fmt: skip
+
+
+def test_binds_from_the_volumes_own_directories_and_in_fstab_are_in_place():
+    assert probe.binds_in_place(_mounts(), FSTAB, "/mnt/swarm_data", BINDS, OPTS) is True
+    assert probe.binds_in_place(_mounts(), FSTAB, "/mnt/swarm_data", [], OPTS) is True
+
+
+@pytest.mark.parametrize(
+    ("mounts", "fstab", "why"),
+    [
+        (_mounts(models_from="259:0"), FSTAB, "bound from the boot disk (made while the volume was not mounted)"),
+        (_mounts(models_root="/Output"), FSTAB, "bound from another directory of the volume"),
+        (_mounts()[:2], FSTAB, "not bound at all"),
+        (_mounts(), FSTAB.replace("bind,nofail", "bind"), "fstab's line has other options"),
+        (_mounts(), FSTAB.replace("/mnt/swarm_data/Models /opt", "#/mnt/swarm_data/Models /opt"), "fstab lacks it"),
+        ([m for m in _mounts() if m["target"] != "/mnt/swarm_data"], FSTAB, "the volume is not mounted"),
+    ],
+)
+def test_a_bind_the_shell_check_would_redo_is_not_in_place(mounts, fstab, why):
+    assert probe.binds_in_place(mounts, fstab, "/mnt/swarm_data", BINDS, OPTS) is False, why
+
+
+def test_the_top_mount_of_a_stacked_target_counts_as_findmnts_last_line():
+    stacked = [*_mounts(), {"target": "/opt/swarmui/Models", "source": "tmpfs", "maj:min": "0:50", "fsroot": "/"}]
+    assert probe.binds_in_place(stacked, FSTAB, "/mnt/swarm_data", BINDS, OPTS) is False
+    assert probe.binds_in_place([*stacked, _mounts()[2]], FSTAB, "/mnt/swarm_data", BINDS, OPTS) is True
