@@ -56,9 +56,13 @@ floating_ips: {description: The floating IPs of that description (floating_ip_in
                type: list}
 """
 
-from concurrent.futures import ThreadPoolExecutor
-
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
+
+# As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
+try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_lookup import lookup
+except ImportError:
+    from ansible.module_utils.gpu_rent_lookup import lookup
 
 
 class RentalLookupModule(OpenStackModule):
@@ -78,81 +82,8 @@ class RentalLookupModule(OpenStackModule):
     module_kwargs = dict(supports_check_mode=True)  # noqa: RUF012 - read by the base class
 
     def run(self):
-        # Nova and Cinder's questions beside Neutron's: each service's first call pays its version discovery
-        # and the token's validation (0.1-0.17 s on the ground, more on a real cloud), and the calls were 13
-        # in a row. Two lines, not one per service: four made the ground's services answer slower than one.
-        with ThreadPoolExecutor(max_workers=1) as beside:
-            network = beside.submit(lambda: {**self._networks(), **self._network_rest()})
-            found = {**self._compute(), **self._storage()}
-            found.update(network.result())
-        self.exit_json(changed=False, **found)
-
-    # each call as the info module of the same question makes it (named beside it)
-    def _compute(self) -> dict:
-        p = self.params
-        compute = self.conn.compute
-        flavors = {}
-        for name in p["flavors"]:
-            flavor = compute.find_flavor(name)  # compute_flavor_info
-            flavors[name] = [flavor.to_dict(computed=False)] if flavor else []
-        keypair = compute.find_keypair(p["keypair"]) if p["keypair"] else None  # keypair
-        servers = []
-        if p["server"]:  # server_info
-            servers = [
-                s.to_dict(computed=False) if hasattr(s, "to_dict") else s
-                for s in self.conn.search_servers(name_or_id=p["server"], detailed=False, all_projects=False)
-                if s["status"] != "DELETED"  # listed a few seconds after a delete (rental_server_delete's gone)
-            ]
-        return {"flavors": flavors, "keypair": keypair.to_dict(computed=False) if keypair else None, "servers": servers}
-
-    def _storage(self) -> dict:
-        p = self.params
-        storage = self.conn.block_storage
-        volumes = {name: [v.to_dict(computed=False) for v in storage.volumes(name=name)] for name in p["volumes"]}
-        snapshots = []
-        if p["snapshot"]:  # volume_snapshot_info
-            snapshots = [s.to_dict(computed=False) for s in storage.snapshots(name=p["snapshot"])]
-        return {"volumes": volumes, "volume_snapshots": snapshots}  # volume_info
-
-    def _networks(self) -> dict:
-        p = self.params
-        conn = self.conn
-        # networks_info, as the network role asks it: by name, else the networks with router:external
-        external = p["external_network"]
-        found = conn.search_networks(
-            name_or_id=external or None, filters=None if external else {"router:external": True}
-        )
-        networks = {
-            name: [n.to_dict(computed=False) for n in conn.search_networks(name_or_id=name)] for name in p["networks"]
-        }
-        subnets = {name: [s.to_dict(computed=False) for s in conn.network.subnets(name=name)] for name in p["subnets"]}
-        routers = {
-            name: [r.to_dict(computed=False) for r in conn.search_routers(name_or_id=name)] for name in p["routers"]
-        }  # routers_info
-        # the router module's own view of a router's interfaces (router.py _get_port_changes)
-        interfaces = {
-            r["id"]: [port.to_dict(computed=False) for port in conn.list_router_interfaces(r, "internal")]
-            for named in routers.values()
-            for r in named
-        }
-        return {
-            "external_networks": [n.to_dict(computed=False) for n in found],
-            "networks": networks,
-            "subnets": subnets,
-            "routers": routers,
-            "router_interfaces": interfaces,
-        }
-
-    def _network_rest(self) -> dict:
-        p = self.params
-        network = self.conn.network
-        groups = []
-        if p["security_group"]:  # security_group_info, asking Neutron for the name instead of listing all
-            groups = [g.to_dict(computed=False) for g in network.security_groups(name=p["security_group"])]
-        ips = []
-        if p["floating_ip_description"]:  # floating_ip_info
-            ips = [ip.to_dict(computed=False) for ip in network.ips(description=p["floating_ip_description"])]
-        return {"security_groups": groups, "floating_ips": ips}
+        # the calls live in module_utils/gpu_rent_lookup.py: `gpu-rent up` asks them in its own process
+        self.exit_json(changed=False, **lookup(self.conn, self.params))
 
 
 def main():

@@ -1,0 +1,105 @@
+"""What up's one lookup asks the cloud: shared by plugins/modules/rental_lookup.py and the CLI.
+
+The module asks it in a direct `ansible-playbook playbooks/up.yml`. `gpu-rent up` asks the same questions
+in its own process, beside its look at the project (gpu_rent/rental.py), where openstacksdk is imported,
+logged in and has found its services already, and hands the answer to the playbook as `up_lookup`: the
+module's 1.2-1.4 s (a Python start, openstacksdk's import, a login, each service's version discovery)
+left a warm up. Plain openstacksdk here, no Ansible: the CLI loads this file by its path.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+# The questions, as rental_lookup's options: every one may be left out (empty or None).
+QUESTIONS = (
+    "flavors",
+    "keypair",
+    "volumes",
+    "snapshot",
+    "external_network",
+    "networks",
+    "subnets",
+    "routers",
+    "security_group",
+    "server",
+    "floating_ip_description",
+)
+
+
+def lookup(conn, asked: dict) -> dict:
+    """The answers, each in the shape of the info module of the same question (named beside each call)."""
+    p = {key: asked.get(key) for key in QUESTIONS}
+    # Nova and Cinder's questions beside Neutron's: each service's first call pays its version discovery
+    # and the token's validation (0.1-0.17 s on the ground, more on a real cloud), and the calls were 13
+    # in a row. Two lines, not one per service: four made the ground's services answer slower than one.
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        network = beside.submit(lambda: {**_networks(conn, p), **_network_rest(conn, p)})
+        found = {**_compute(conn, p), **_storage(conn, p)}
+        found.update(network.result())
+    return found
+
+
+def _compute(conn, p: dict) -> dict:
+    compute = conn.compute
+    flavors = {}
+    for name in p["flavors"] or []:
+        flavor = compute.find_flavor(name)  # compute_flavor_info
+        flavors[name] = [flavor.to_dict(computed=False)] if flavor else []
+    keypair = compute.find_keypair(p["keypair"]) if p["keypair"] else None  # keypair
+    servers = []
+    if p["server"]:  # server_info
+        servers = [
+            s.to_dict(computed=False) if hasattr(s, "to_dict") else s
+            for s in conn.search_servers(name_or_id=p["server"], detailed=False, all_projects=False)
+            if s["status"] != "DELETED"  # listed a few seconds after a delete (rental_server_delete's gone)
+        ]
+    return {"flavors": flavors, "keypair": keypair.to_dict(computed=False) if keypair else None, "servers": servers}
+
+
+def _storage(conn, p: dict) -> dict:
+    storage = conn.block_storage
+    volumes = {name: [v.to_dict(computed=False) for v in storage.volumes(name=name)] for name in p["volumes"] or []}
+    snapshots = []
+    if p["snapshot"]:  # volume_snapshot_info
+        snapshots = [s.to_dict(computed=False) for s in storage.snapshots(name=p["snapshot"])]
+    return {"volumes": volumes, "volume_snapshots": snapshots}  # volume_info
+
+
+def _networks(conn, p: dict) -> dict:
+    # networks_info, as the network role asks it: by name, else the networks with router:external
+    external = p["external_network"]
+    found = conn.search_networks(name_or_id=external or None, filters=None if external else {"router:external": True})
+    networks = {
+        name: [n.to_dict(computed=False) for n in conn.search_networks(name_or_id=name)] for name in p["networks"] or []
+    }
+    subnets = {
+        name: [s.to_dict(computed=False) for s in conn.network.subnets(name=name)] for name in p["subnets"] or []
+    }
+    routers = {
+        name: [r.to_dict(computed=False) for r in conn.search_routers(name_or_id=name)] for name in p["routers"] or []
+    }  # routers_info
+    # the router module's own view of a router's interfaces (router.py _get_port_changes)
+    interfaces = {
+        r["id"]: [port.to_dict(computed=False) for port in conn.list_router_interfaces(r, "internal")]
+        for named in routers.values()
+        for r in named
+    }
+    return {
+        "external_networks": [n.to_dict(computed=False) for n in found],
+        "networks": networks,
+        "subnets": subnets,
+        "routers": routers,
+        "router_interfaces": interfaces,
+    }
+
+
+def _network_rest(conn, p: dict) -> dict:
+    network = conn.network
+    groups = []
+    if p["security_group"]:  # security_group_info, asking Neutron for the name instead of listing all
+        groups = [g.to_dict(computed=False) for g in network.security_groups(name=p["security_group"])]
+    ips = []
+    if p["floating_ip_description"]:  # floating_ip_info
+        ips = [ip.to_dict(computed=False) for ip in network.ips(description=p["floating_ip_description"])]
+    return {"security_groups": groups, "floating_ips": ips}
