@@ -112,6 +112,15 @@ def play(host: Host, tmp_path: Path, **extra_vars) -> tuple[subprocess.Completed
     return result, {"ok": int(ok), "changed": int(changed), "unreachable": int(unreachable), "failed": int(failed)}
 
 
+def outcome(stdout: str, task: str) -> str:
+    """How the task named went for the host, as the default callback prints it (ok, changed, skipping, ...)."""
+    chunk = stdout.split(f"TASK [{task}]", 1)
+    assert len(chunk) == 2, f"no task {task!r} in:\n{stdout}"
+    found = re.search(r"^(\w+): \[vm\]", chunk[1].split("TASK [", 1)[0], re.M)
+    assert found, chunk[1][:500]
+    return found.group(1)
+
+
 def refusal(result: subprocess.CompletedProcess) -> str:
     """The message of the failed task, as printed."""
     assert result.returncode != 0, result.stdout
@@ -151,6 +160,8 @@ def test_an_empty_disk_is_formatted_once_and_a_second_run_changes_nothing(blank,
     assert second.returncode == 0, second.stdout
     assert counts["changed"] == 0, second.stdout
     assert fs_uuid(host) == uuid  # not formatted again
+    # warm: the probe proved everything in place, and the tasks that would change nothing were one skip
+    assert outcome(second.stdout, "data_volume : Format, mount, grow and bind what is not in place.") == "skipping"
     # A warm run skips the mount task when fstab already says what it writes: an edited line is still put back.
     edited = re.sub(rf"^(UUID={uuid}\s+{MOUNT}\s+ext4\s+)\S+", r"\1defaults", fstab, flags=re.M)
     assert edited != fstab
