@@ -134,6 +134,8 @@ def _transfer_errors() -> tuple[type[Exception], ...]:
     return (vm_ssh.SshError, sync.SyncError)
 
 
+# up reads the idle-killer's status once it has looked, beside the rest of the run; older than this, read again
+KILLER_READ_FRESH_SECONDS = 20
 HANDLED = (config.ConfigError, StateError, CloudUnreachable, OperationFailed, *CLOUD_ERRORS, OSError)
 
 
@@ -365,9 +367,20 @@ def up(
             raise config.ConfigError("arguments", "up would rent a server: confirm with --yes (no terminal to ask on)")
         return typer.confirm("Rent it?", default=False)
 
+    rental = _rental(settings)
+    reading: list = []  # the killer's status, read from the VM while the rest of up runs, and when
+
+    def read_killer(resources: dict) -> None:
+        if not reading:
+            address, boot = resources.get("floating_ip_address"), resources.get("boot_volume")
+            reading.extend((killer_view.start_for(settings, address, boot), time.monotonic()))
+
+    rental.killer_looked = read_killer
     try:
-        state, result = _rental(settings).up(confirm, {"vm_stamp_redo": True} if full else None)
+        state, result = rental.up(confirm, {"vm_stamp_redo": True} if full else None)
     except HANDLED as e:
+        if reading:
+            killer_view.abandon(reading[0])
         if not (isinstance(e, OperationFailed) and e.canceled):
             notifier.notify("gpu-rent up failed", str(e).splitlines()[-1][:200] if str(e) else type(e).__name__)
         raise _fail(e) from None
@@ -380,8 +393,13 @@ def up(
     )
     if state.gpu:
         note(f"GPU: {state.gpu}")
-    # the killer's own word, read from the VM: armed (and what keeps the VM), or blind
-    seen = killer_view.ask(settings, r, r.get("floating_ip_address") or "")
+    # the killer's own word, read from the VM (from its first look on): armed (and what keeps the VM), or blind
+    # a read older than a few seconds (a first up installs for minutes after the arm) is read again
+    fresh = bool(reading) and time.monotonic() - reading[1] < KILLER_READ_FRESH_SECONDS
+    if reading and not fresh:
+        killer_view.abandon(reading[0])
+    address = r.get("floating_ip_address") or ""
+    seen = killer_view.finish(reading[0]) if fresh else killer_view.ask(settings, r, address)
     note(f"idle-killer: {killer_view.describe(seen, time.time())}; `gpu-rent hold` keeps the VM longer")
     if tunnel:
         _open_tunnel(settings, watch_seconds, after_up=True, stop_on_exit=stop_on_exit)

@@ -149,6 +149,8 @@ class Rental:
         self.store = StateStore(settings.project_dir)
         self.say = say
         self.progress = progress  # context manager factory: title -> callback(Progress)
+        # called with the resources once the VM's idle-killer has taken its first look (up shows its status)
+        self.killer_looked: Callable[[dict], None] | None = None
 
     def _run(self, state: State, playbook: str, title: str, extravars: dict | None = None) -> PlaybookResult:
         def record(data: dict) -> None:
@@ -172,6 +174,8 @@ class Rental:
                 self.say(f"the VM before this one was {vm_end.line(end)}")
             if data.get("gpu_rent_note"):  # a role's word to the user, e.g. what happens at the next up
                 self.say(str(data["gpu_rent_note"]))
+            if data.get("gpu_rent_killer_looked") and self.killer_looked:  # its status file is there to read
+                self.killer_looked(dict(state.resources))
             phase = data.get("gpu_rent_phase")  # the playbook says where it got: SSH answers, SwarmUI ready
             if phase:
                 # an error here must not escape into ansible-runner's event loop (it would orphan the play)
