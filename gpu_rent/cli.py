@@ -17,7 +17,6 @@ import logging
 import os
 import shlex
 import sys
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -472,23 +471,15 @@ def _wait_for_the_lock(settings: config.Settings, command: str) -> None:
 def _pull_before_stop(settings: config.Settings) -> None:
     """Step 1 of stop: new outputs to ./Output when a VM runs and SSH answers; never a reason not to stop."""
     state = load_state(StateStore(settings.project_dir), note)
-    # the SSH side's import (asyncssh, ~0.2 s) beside the cloud's look; joined before SSH is touched
-    loading = threading.Thread(target=lambda: files.pull_output, daemon=True)
-    loading.start()
-    try:
-        conn = connect(settings)
-        server = cloud.observe_servers(conn, settings.name).server(config.resource_names(settings.name)["server"])
-    except HANDLED:
-        return  # the stop itself says what is wrong with the cloud
-    finally:
-        loading.join()
-    if server is None or server.status != "ACTIVE":
-        return  # up never got as far as a VM, or it is gone: nothing to pull
     try:
         target = vm_ssh.Target.of(settings, state.resources)
     except vm_ssh.SshError:
-        return  # the state names no VM to reach: nothing to pull, nothing to say
+        return  # up never got as far as a VM: nothing to pull, nothing to say
     try:
+        conn = connect(settings)
+        server = cloud.observe_servers(conn, settings.name).server(config.resource_names(settings.name)["server"])
+        if server is None or server.status != "ACTIVE":
+            return
         with transfer_progress("pulling Output") as show:
             result = files.pull_output(settings, target, False, show)
     except (vm_ssh.SshError, sync.SyncError) as e:
