@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_rent import cloud, stopped_bill, swarmui_versions, token_cache, up_lookup, vm_end
+from gpu_rent import cloud, stopped_bill, swarmui_versions, token_cache, vm_end
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
@@ -219,10 +219,7 @@ class Rental:
             state = load_state(self.store, self.say)
             conn = connect(self.settings)
             view = cloud.observe(conn, self.settings.name)
-            # the playbook's lookup, asked here beside the plan: this process is logged in already
-            items, found = cloud.side_by_side(
-                lambda: plan(self.settings, view, conn), lambda: up_lookup.ask(conn, self.settings)
-            )
+            items = plan(self.settings, view, conn)
             server = view.server(resource_names(self.settings.name)["server"], state.resources.get("server"))
             address = cloud.our_address(view, server, self.settings.name)
             bill = stopped_bill.for_server(self.settings, view, server, address) if server else None
@@ -232,7 +229,9 @@ class Rental:
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
             state.move_to(Phase.PROVISIONING, "up")
             self.store.save(state)
-            handed = {"gpu_rent_operator_cidr": cidr, "up_lookup": found, **(extra or {})}
+            # not handed up_lookup (gpu_rent/up_lookup.py): an extra var is a trusted template in ansible-core
+            # 2.19, and the cloud's strings in it would be rendered on this machine; the module asks instead
+            handed = {"gpu_rent_operator_cidr": cidr, **(extra or {})}
             result = self._run(state, "up", "renting and bootstrapping", handed)
             return state, result
 
