@@ -229,10 +229,9 @@ class Rental:
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
             state.move_to(Phase.PROVISIONING, "up")
             self.store.save(state)
-            # not handed up_lookup (gpu_rent/up_lookup.py): an extra var is a trusted template in ansible-core
-            # 2.19, and the cloud's strings in it would be rendered on this machine; the module asks instead
-            handed = {"gpu_rent_operator_cidr": cidr, **(extra or {})}
-            result = self._run(state, "up", "renting and bootstrapping", handed)
+            result = self._run(
+                state, "up", "renting and bootstrapping", {"gpu_rent_operator_cidr": cidr, **(extra or {})}
+            )
             return state, result
 
     def stop(self) -> State:

@@ -1,10 +1,8 @@
-"""What up's one lookup asks the cloud: shared by plugins/modules/rental_lookup.py and the CLI.
+"""What up's one lookup asks the cloud (plugins/modules/rental_lookup.py), in plain openstacksdk.
 
-The module asks it in a direct `ansible-playbook playbooks/up.yml`. `gpu-rent up` asks the same questions
-in its own process, beside its look at the project (gpu_rent/rental.py), where openstacksdk is imported,
-logged in and has found its services already, and hands the answer to the playbook as `up_lookup`: the
-module's 1.2-1.4 s (a Python start, openstacksdk's import, a login, each service's version discovery)
-left a warm up. Plain openstacksdk here, no Ansible: the CLI loads this file by its path.
+Kept apart from the module so that another caller can ask the same questions; `gpu-rent up` did for a while
+and handed the answer to up.yml as an extra var, which ansible-core 2.19 renders as a trusted template (the
+cloud's strings with it): a handover must come as data read from a file, never as -e.
 """
 
 from __future__ import annotations
