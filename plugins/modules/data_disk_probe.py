@@ -109,18 +109,22 @@ def ext_bytes(dumpe2fs_header: str) -> int | None:
         return None
 
 
-def binds_in_place(mounts: list, fstab: str, mount_point: str, binds: list, opts: str) -> bool:
-    """Whether each bind's target shows the mount point's filesystem at /src on top, and fstab has its line
-    (bind_mounts.yml's shell check, which undoes and makes binds when this says no). binds: {src, target}."""
+def binds_in_place(mounts: list, fstab: str, devno: str, mount_point: str, binds: list, opts: str) -> bool:
+    """Whether the data volume (devno, MAJ:MIN) is on top at the mount point, each bind's target shows it at
+    /src on top, and fstab has each bind's line (bind_mounts.yml's shell check, which undoes and makes binds
+    when this says no). A filesystem stacked over the volume or a bind of another disk's folder is not in
+    place, whatever its path says. binds: {src, target}."""
 
-    def last(target: str) -> dict:
+    def on_top(target: str) -> dict:
         return next((m for m in reversed(mounts) if m.get("target") == target), {})
 
-    volume = last(mount_point).get("maj:min")
+    volume = on_top(mount_point)
+    if volume.get("maj:min") != devno or volume.get("fsroot") != "/":
+        return not binds
     lines = [line.split() for line in fstab.splitlines()]
     for bind in binds:
-        on_top = last(bind["target"])
-        if not volume or on_top.get("maj:min") != volume or on_top.get("fsroot") != "/" + bind["src"]:
+        shown = on_top(bind["target"])
+        if shown.get("maj:min") != devno or shown.get("fsroot") != "/" + bind["src"]:
             return False
         wanted = [f"{mount_point}/{bind['src']}", bind["target"], "none", opts]
         if not any(fields[:4] == wanted for fields in lines):
@@ -205,7 +209,7 @@ def main() -> None:
         fstab=fstab_lines(fstab_text, p["mount_point"]),
         disk_bytes=disk_size(device),
         fs_bytes=fs_bytes,
-        binds_in_place=binds_in_place(mounts, fstab_text, p["mount_point"], binds, p["bind_opts"]),
+        binds_in_place=binds_in_place(mounts, fstab_text, devno, p["mount_point"], binds, p["bind_opts"]),
         **said,
     )
 

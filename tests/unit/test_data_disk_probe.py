@@ -56,6 +56,7 @@ def test_a_filesystem_made_on_the_whole_disk_fills_it_within_the_roles_mib(tmp_p
 
 
 OPTS = "bind,nofail"
+DEVNO = "259:1"  # the data volume's MAJ:MIN (mountpoint -x)
 BINDS = [{"src": "Models", "target": "/opt/swarmui/Models"}]
 
 
@@ -70,8 +71,8 @@ def _mounts(models_from: str = "259:1", models_root: str = "/Models") -> list:
 
 
 def test_binds_from_the_volumes_own_directories_and_in_fstab_are_in_place():
-    assert probe.binds_in_place(_mounts(), FSTAB, "/mnt/swarm_data", BINDS, OPTS) is True
-    assert probe.binds_in_place(_mounts(), FSTAB, "/mnt/swarm_data", [], OPTS) is True
+    assert probe.binds_in_place(_mounts(), FSTAB, DEVNO, "/mnt/swarm_data", BINDS, OPTS) is True
+    assert probe.binds_in_place(_mounts(), FSTAB, DEVNO, "/mnt/swarm_data", [], OPTS) is True
 
 
 @pytest.mark.parametrize(
@@ -86,10 +87,22 @@ def test_binds_from_the_volumes_own_directories_and_in_fstab_are_in_place():
     ],
 )
 def test_a_bind_the_shell_check_would_redo_is_not_in_place(mounts, fstab, why):
-    assert probe.binds_in_place(mounts, fstab, "/mnt/swarm_data", BINDS, OPTS) is False, why
+    assert probe.binds_in_place(mounts, fstab, DEVNO, "/mnt/swarm_data", BINDS, OPTS) is False, why
 
 
 def test_the_top_mount_of_a_stacked_target_counts_as_findmnts_last_line():
     stacked = [*_mounts(), {"target": "/opt/swarmui/Models", "source": "tmpfs", "maj:min": "0:50", "fsroot": "/"}]
-    assert probe.binds_in_place(stacked, FSTAB, "/mnt/swarm_data", BINDS, OPTS) is False
-    assert probe.binds_in_place([*stacked, _mounts()[2]], FSTAB, "/mnt/swarm_data", BINDS, OPTS) is True
+    assert probe.binds_in_place(stacked, FSTAB, DEVNO, "/mnt/swarm_data", BINDS, OPTS) is False
+    assert probe.binds_in_place([*stacked, _mounts()[2]], FSTAB, DEVNO, "/mnt/swarm_data", BINDS, OPTS) is True
+
+
+def test_another_disk_stacked_over_the_volume_is_not_in_place_though_its_paths_match():
+    other = [
+        {"target": "/mnt/swarm_data", "source": "/dev/vdc", "maj:min": "259:2", "fsroot": "/"},
+        {"target": "/opt/swarmui/Models", "source": "/dev/vdc[/Models]", "maj:min": "259:2", "fsroot": "/Models"},
+    ]
+    assert probe.binds_in_place([*_mounts(), *other], FSTAB, DEVNO, "/mnt/swarm_data", BINDS, OPTS) is False
+    # only the binds stacked, the volume itself still on top: the binds show the other disk
+    assert probe.binds_in_place([*_mounts(), other[1]], FSTAB, DEVNO, "/mnt/swarm_data", BINDS, OPTS) is False
+    # the volume mounted again over the other disk: on top once more
+    assert probe.binds_in_place([*_mounts(), *other, *_mounts()[1:]], FSTAB, DEVNO, "/mnt/swarm_data", BINDS, OPTS)

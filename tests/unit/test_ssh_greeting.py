@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -49,3 +50,32 @@ def test_a_closed_port_raises_for_the_next_try():
         port = taken.getsockname()[1]
     with pytest.raises(OSError):
         module.greeting("127.0.0.1", port, 1.0)
+
+
+def test_lines_before_the_identification_are_read_past(server):
+    port, said = server
+    said["words"] = b"Welcome to the bastion\r\nno unauthorised use\r\nSSH-2.0-OpenSSH_9.2p1\r\n"
+    assert module.greeting("127.0.0.1", port, 1.0) == "SSH-2.0-OpenSSH_9.2p1"
+
+
+SSH = shutil.which("ssh")
+
+
+@pytest.mark.skipif(SSH is None, reason="needs OpenSSH's client (ssh -G)")
+@pytest.mark.parametrize(
+    ("config", "port", "where"),
+    [
+        ("", None, ("10.0.0.5", 22)),
+        ("Host 10.0.0.5\n  ProxyJump bastion.example\n", None, None),
+        ("Host 10.0.0.*\n  ProxyCommand ssh -W %h:%p bastion.example\n", None, None),
+        ("Host 10.0.0.5\n  HostName 10.9.9.9\n", None, ("10.9.9.9", 22)),
+        ("Host 10.0.0.5\n  Port 2222\n", None, ("10.0.0.5", 2222)),
+        ("Host 10.0.0.5\n  Port 2222\n", 22, ("10.0.0.5", 22)),  # ansible_port set: ssh -o Port wins
+        ("Host 10.1.*\n  ProxyJump bastion.example\n", None, ("10.0.0.5", 22)),
+    ],
+)
+def test_the_greeting_is_looked_for_where_the_login_goes(tmp_path, config, port, where):
+    (tmp_path / "config").write_text(config)
+    args = f"-F {tmp_path / 'config'} -o StrictHostKeyChecking=accept-new -o 'UserKnownHostsFile=\"/tmp/x y\"'"
+    assert module.reached(SSH, "10.0.0.5", port, "ubuntu", args) == where
+    assert module.reached(None, "10.0.0.5", port, "ubuntu", args) == ("10.0.0.5", port or 22)  # login says why
