@@ -22,6 +22,8 @@ description:
     through openstacksdk's wait_for_server, which polls every 5 s, and a warm up paid most of that.
     The flavor, the network and the volumes are found side by side before the create.
   - The server's port is returned, so the floating IP is attached without a lookup of its own.
+  - With I(created_early), a server of that name found is the one up's lookup asked for moments ago
+    (rental_lookup's warm_start): adopted as above, and reported as made by this up.
   - With I(floating_ip), the project's address (found by its description, else made) is taken while
     Nova builds and attached once the server is ACTIVE, as openstack.cloud.server's floating_ips
     would; the floating_ip role's own two tasks after the build cost a warm up 2 s of about 33 on the
@@ -52,6 +54,10 @@ options:
       description: {description: Description that marks the address as the project's., type: str, required: true}
       network_id: {description: Id of the external network a new address comes from., type: str, required: true}
       keep: {description: "A free address of the project outlives a server that did not come up.", type: bool}
+  created_early:
+    description: A server of this name found was created by this up's lookup (rental_lookup's warm_start).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -67,16 +73,19 @@ boot_volume: {description: Id of the boot volume., returned: when volumes were m
 data_volume: {description: Id of the data volume., returned: when volumes were made, type: str}
 """
 
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
 
-# The scheduler found no room, the API refused the quota, or the pool is switched off:
-# nothing was made, try elsewhere.
-NO_ROOM = re.compile(r"No valid host was found|[Qq]uota exceeded[^.\n]*|availability zone is not available")
+# NO_ROOM: the scheduler found no room, the API refused the quota, or the pool is switched off - nothing
+# was made, try elsewhere. As a collection's module, or (playbooks/library in a direct run) with
+# playbooks/module_utils beside it.
+try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import NO_ROOM, existing
+except ImportError:
+    from ansible.module_utils.gpu_rent_warm_start import NO_ROOM, existing
 
 
 def released(made: bool, keep: bool, attached: bool) -> bool:
@@ -106,6 +115,7 @@ class FreshServerModule(OpenStackModule):
                 description=dict(required=True), network_id=dict(required=True), keep=dict(type="bool", default=False)
             ),
         ),
+        created_early=dict(type="bool", default=False),
     )
 
     def run(self):
@@ -119,8 +129,9 @@ class FreshServerModule(OpenStackModule):
         if len(named) > 1:  # the server role refuses two first; only a race gets here
             self.fail_json(msg=f"{len(named)} servers are named {p['name']} ({', '.join(s.id for s in named)})")
         server = named[0] if named else None
-        changed = server is None
-        # an existing one is from an up interrupted while this module waited: adopt it, name what it made
+        changed = server is None or p["created_early"]
+        # an existing one is from an up interrupted while this module waited, or from this up's lookup
+        # (created_early): adopt it, name what it made
         server = self._create() if server is None else compute.get_server(server.id)
         address, made = self._address() if p["floating_ip"] else (None, False)  # while Nova builds
         server = self._wait(server)
@@ -182,7 +193,7 @@ class FreshServerModule(OpenStackModule):
         if p["volumes_exist"]:
             storage = self.conn.block_storage
             return [
-                self._existing(storage.find_volume(p[role]["name"], ignore_missing=False), index)
+                existing(storage.find_volume(p[role]["name"], ignore_missing=False).id, index)
                 for role, index in (("boot_volume", 0), ("data_volume", -1))
             ]
         image = self.conn.image.find_image(p["image"], ignore_missing=False)
@@ -215,17 +226,6 @@ class FreshServerModule(OpenStackModule):
         except self.sdk.exceptions.SDKException as e:
             self.warn(f"floating IP {address.floating_ip_address} not attached ({e}); the floating_ip role tries")
             return None, False
-
-    @staticmethod
-    def _existing(volume, boot_index: int) -> dict:
-        """A volume the server boots from or attaches, kept when the server is deleted."""
-        return {
-            "boot_index": boot_index,
-            "uuid": volume.id,
-            "source_type": "volume",
-            "destination_type": "volume",
-            "delete_on_termination": False,
-        }
 
     def _mapping(self, volume: dict, boot_index: int, **source) -> dict:
         mapping = {

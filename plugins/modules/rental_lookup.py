@@ -13,8 +13,13 @@ description:
     the openstack.cloud info modules return (compute_flavor_info, volume_info,
     volume_snapshot_info, networks_info, subnets_info, routers_info, security_group_info,
     server_info, floating_ip_info, keypair), so the roles use either.
-  - It changes nothing. The roles still decide, check and create as before; what it found only
-    spares them the lookup, and a role handed nothing looks up for itself.
+  - It changes nothing, but for I(warm_start). The roles still decide, check and create as before; what
+    it found only spares them the lookup, and a role handed nothing looks up for itself.
+  - With I(warm_start), when its answers show a warm restart - no server, and everything the roles
+    check before the server's create there, one each, and as they want it (module_utils/gpu_rent_warm_start.py)
+    - it asks Nova for the server from the two volumes as the first flavor, and takes the project's
+    floating IP, before it returns; the build runs while the roles check, and the server role's
+    fresh_server adopts it (created_early). Not in check mode.
 options:
   flavors: {description: Flavor names or ids (compute_flavor_info name)., type: list, elements: str, default: []}
   keypair: {description: Key pair name., type: str}
@@ -31,6 +36,31 @@ options:
   floating_ip_description:
     description: Floating IPs of this description, the project's mark (floating_ip_info description).
     type: str
+  warm_start:
+    description:
+      - What a warm restart's server is created with besides the names above (I(server), the first of
+        I(flavors), I(volumes) boot then data, the network of the volumes' pool from I(networks) in
+        I(pools)' order, I(security_group), I(keypair)).
+    type: dict
+    suboptions:
+      pools:
+        description: The settings' pools, in the order of I(networks), I(subnets) and I(routers).
+        type: list
+        elements: str
+        required: true
+      public_key:
+        description: The key pair's wanted public key (the keypair role replaces one that differs).
+        type: str
+        required: true
+      tags: {description: Server tags., type: list, elements: str, default: []}
+      metadata: {description: Server metadata., type: dict, default: {}}
+      floating_ip:
+        description: The project's floating IP (its description) to take while Nova builds.
+        type: dict
+        suboptions:
+          description: {description: Description that marks the address as the project's., type: str, required: true}
+          keep: {description: KEEP_FLOATING_IP., type: bool, default: false}
+      reuse_only: {description: Only an existing server may come back (the watchdog)., type: bool, default: false}
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -54,6 +84,12 @@ servers: {description: "The servers of that name (server_info's list), but for D
           type: list}
 floating_ips: {description: The floating IPs of that description (floating_ip_info's list)., returned: always,
                type: list}
+early:
+  description:
+    - "With I(warm_start): created (bool), why (when not), and the server, its flavor and floating_ip
+      (or floating_ip_error) when created."
+  returned: with warm_start
+  type: dict
 """
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
@@ -61,8 +97,10 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 # As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
 try:
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_lookup import lookup
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import WARM_START_OPTIONS, start
 except ImportError:
     from ansible.module_utils.gpu_rent_lookup import lookup
+    from ansible.module_utils.gpu_rent_warm_start import WARM_START_OPTIONS, start
 
 
 class RentalLookupModule(OpenStackModule):
@@ -78,12 +116,19 @@ class RentalLookupModule(OpenStackModule):
         security_group=dict(),
         server=dict(),
         floating_ip_description=dict(),
+        warm_start=dict(type="dict", options=WARM_START_OPTIONS),
     )
     module_kwargs = dict(supports_check_mode=True)  # noqa: RUF012 - read by the base class
 
     def run(self):
-        # the calls live in module_utils/gpu_rent_lookup.py: `gpu-rent up` asks them in its own process
-        self.exit_json(changed=False, **lookup(self.conn, self.params))
+        found = lookup(self.conn, self.params)
+        if self.params["warm_start"]:
+            found["early"] = (
+                {"created": False, "why": "check mode"}
+                if self.ansible.check_mode
+                else start(self.conn, found, self.params, self.sdk.exceptions)
+            )
+        self.exit_json(changed=bool(found.get("early", {}).get("created")), **found)
 
 
 def main():

@@ -1,0 +1,121 @@
+"""A warm restart's server, asked for in up's lookup (plugins/modules/rental_lookup.py), in plain openstacksdk.
+
+Every later `up` finds what the first made - both volumes, the pool's network, the security group, the key
+pair - and no server (the idle-killer or `stop` deleted it). Nova then builds for 10 s on the test ground and
+a minute or more on a real cloud, and up's roles spend that long again checking, one by one, what the lookup
+found. When the lookup's own answers show that those roles will find nothing the create depends on to change
+or refuse, the create is asked right there, and the build runs while they check; the server role's
+fresh_server adopts the building server (created_early) and waits for it as for its own.
+
+Kept apart from the module for the unit tests of the judgement (tests/unit/test_warm_start.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+# The scheduler found no room, the API refused the quota, or the pool is switched off: nothing was made.
+NO_ROOM = re.compile(r"No valid host was found|[Qq]uota exceeded[^.\n]*|availability zone is not available")
+
+# rental_lookup's warm_start option: what the server role would create, and what it checks before
+WARM_START_OPTIONS = dict(
+    pools=dict(type="list", elements="str", required=True),
+    public_key=dict(required=True, no_log=False),
+    tags=dict(type="list", elements="str", default=[]),
+    metadata=dict(type="dict", default={}),
+    floating_ip=dict(type="dict", options=dict(description=dict(required=True), keep=dict(type="bool", default=False))),
+    reuse_only=dict(type="bool", default=False),
+)
+
+
+def _one(found: dict, name: str | None) -> dict | None:
+    """The one thing of that name among the answers, or None for none or several."""
+    listed = found.get(name) or [] if name else []
+    return listed[0] if len(listed) == 1 else None
+
+
+def why_not(found: dict, asked: dict) -> str | None:
+    """Why the server may not be created before the roles run, or None when it may: every check the roles
+    make before the server role's create (flavors.yml, keypair, volumes, network, security_group) would
+    pass and change nothing the create takes. `asked` is rental_lookup's params, `found` its answers."""
+    warm = asked["warm_start"]
+    if warm["reuse_only"]:
+        return "only an existing server may come back (the watchdog)"
+    if found["servers"]:
+        return "a server of this name exists"
+    flavors = asked["flavors"] or []
+    if not flavors or any(not found["flavors"].get(name) for name in flavors):
+        return "a flavor was not found"  # flavors.yml refuses any of them missing
+    key = found["keypair"] or {}
+    if (key.get("public_key") or "").split()[:2] != warm["public_key"].split()[:2]:
+        return "the key pair is missing or differs"  # the keypair role replaces it: the create must take the new
+    boot, data = (_one(found["volumes"], name) for name in (asked["volumes"] or [None, None])[:2])
+    if boot is None or data is None:
+        return "the volumes are not there, one each"
+    if boot["status"] != "available" or data["status"] != "available":
+        return "a volume is not available"
+    pool = boot["availability_zone"]
+    if data["availability_zone"] != pool or pool not in warm["pools"]:
+        return "the volumes are not in one pool of the settings"
+    at = warm["pools"].index(pool)
+    names = {key: (asked[key] or [])[at : at + 1] for key in ("networks", "subnets", "routers")}
+    if any(not name or _one(found[key], name[0]) is None for key, name in names.items()):
+        return f"the network, subnet or router of {pool} is not there, one each"
+    if len(found["external_networks"]) != 1:
+        return "not exactly one external network"
+    if len(found["security_groups"]) != 1:
+        return "not exactly one security group"
+    return None
+
+
+def existing(volume_id: str, boot_index: int) -> dict:
+    """A volume the server boots from or attaches, kept when the server is deleted."""
+    return {
+        "boot_index": boot_index,
+        "uuid": volume_id,
+        "source_type": "volume",
+        "destination_type": "volume",
+        "delete_on_termination": False,
+    }
+
+
+def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
+    """rental_lookup's `early` answer: the server asked for (and the project's address taken), or why not."""
+    why = why_not(found, asked)
+    if why:
+        return {"created": False, "why": why}
+    warm = asked["warm_start"]
+    boot, data = (found["volumes"][name][0] for name in asked["volumes"][:2])
+    pool = boot["availability_zone"]
+    network = found["networks"][asked["networks"][warm["pools"].index(pool)]][0]
+    flavor = found["flavors"][asked["flavors"][0]][0]
+    try:
+        server = conn.compute.create_server(
+            name=asked["server"],
+            flavor_id=flavor["id"],
+            availability_zone=pool,
+            networks=[{"uuid": network["id"]}],
+            security_groups=[{"name": found["security_groups"][0]["id"]}],
+            key_name=asked["keypair"],
+            tags=warm["tags"],
+            metadata=warm["metadata"],
+            block_device_mapping=[existing(boot["id"], 0), existing(data["id"], -1)],
+        )
+    except sdk_exceptions.HttpException as e:  # nothing was created: the server role meets it again, in words
+        said = NO_ROOM.search(str(e))
+        return {"created": False, "why": said.group(0) if said else " ".join(str(e).split())[:300]}
+    early = {"created": True, "why": "", "server": server.to_dict(computed=False), "flavor": asked["flavors"][0]}
+    spec = warm["floating_ip"]
+    if spec:  # taken while Nova builds, as fresh_server does: one on a port before a free one, else made
+        try:
+            taken = sorted(found["floating_ips"], key=lambda ip: ip["port_id"] is None)
+            if taken:
+                early["floating_ip"] = taken[0]
+            else:
+                made = conn.network.create_ip(
+                    floating_network_id=found["external_networks"][0]["id"], description=spec["description"]
+                )
+                early["floating_ip"] = made.to_dict(computed=False)
+        except sdk_exceptions.SDKException as e:  # fresh_server takes one, or the floating_ip role
+            early["floating_ip_error"] = " ".join(str(e).split())[:300]
+    return early

@@ -1,0 +1,112 @@
+"""When up's lookup may ask for a warm restart's server before the roles check (module_utils/gpu_rent_warm_start.py)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from tests.module_file import load
+
+warm = load(
+    "gpu_rent_warm_start", Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "gpu_rent_warm_start.py"
+)
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKey"
+ASKED = {
+    "server": "p1",
+    "flavors": ["gpu.l4.1", "gpu.a10.1"],
+    "keypair": "p1-key",
+    "volumes": ["p1-boot", "p1-data"],
+    "networks": ["p1-net-ru-7a", "p1-net-ru-7b"],
+    "subnets": ["p1-subnet-ru-7a", "p1-subnet-ru-7b"],
+    "routers": ["p1-router-ru-7a", "p1-router-ru-7b"],
+    "security_group": "p1-ssh",
+    "warm_start": {
+        "pools": ["ru-7a", "ru-7b"],
+        "public_key": KEY + " me@laptop",
+        "tags": ["gpu-rent", "preemptible"],
+        "metadata": {"gpu-rent": "p1"},
+        "floating_ip": {"description": "gpu-rent p1", "keep": False},
+        "reuse_only": False,
+    },
+}
+
+
+def _found(pool: str = "ru-7b") -> dict:
+    """The answers of a warm restart: the volumes in the fallback pool, everything else there once."""
+    return {
+        "servers": [],
+        "flavors": {"gpu.l4.1": [{"id": "f1"}], "gpu.a10.1": [{"id": "f2"}]},
+        "keypair": {"name": "p1-key", "public_key": KEY + " gpu-rent-ground-user"},
+        "volumes": {
+            "p1-boot": [{"id": "b", "status": "available", "availability_zone": pool}],
+            "p1-data": [{"id": "d", "status": "available", "availability_zone": pool}],
+        },
+        "networks": {f"p1-net-{pool}": [{"id": "n"}]},
+        "subnets": {f"p1-subnet-{pool}": [{"id": "s"}]},
+        "routers": {f"p1-router-{pool}": [{"id": "r"}]},
+        "external_networks": [{"id": "ext"}],
+        "security_groups": [{"id": "sg"}],
+        "floating_ips": [],
+    }
+
+
+def test_a_warm_restart_may_start_at_once_whatever_the_keys_comment():
+    assert warm.why_not(_found(), ASKED) is None
+    assert warm.why_not(_found("ru-7a"), ASKED) is None
+
+
+def _broken(change) -> dict:
+    found = copy.deepcopy(_found())
+    change(found)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda f: f["servers"].append({"id": "x", "status": "SHELVED_OFFLOADED"}), "a server of this name exists"),
+        (lambda f: f["flavors"].update({"gpu.a10.1": []}), "a flavor"),  # flavors.yml refuses a fallback missing
+        (lambda f: f.update(keypair=None), "key pair"),
+        (lambda f: f["keypair"].update(public_key="ssh-ed25519 AAAAother x"), "key pair"),  # replaced after
+        (lambda f: f["volumes"].update({"p1-data": []}), "volumes"),
+        (lambda f: f["volumes"]["p1-boot"].append({"id": "b2", "status": "available", "availability_zone": "ru-7b"}),
+         "volumes"),
+        (lambda f: f["volumes"]["p1-data"][0].update(status="in-use"), "not available"),
+        (lambda f: f["volumes"]["p1-data"][0].update(status="reserved"), "not available"),  # a shelved server's
+        (lambda f: f["volumes"]["p1-data"][0].update(availability_zone="ru-7a"), "one pool"),
+        (lambda f: [v[0].update(availability_zone="ru-9z") for v in f["volumes"].values()], "one pool"),
+        (lambda f: f["routers"].update({"p1-router-ru-7b": []}), "network, subnet or router of ru-7b"),
+        (lambda f: f["subnets"]["p1-subnet-ru-7b"].append({"id": "s2"}), "network, subnet or router"),
+        (lambda f: f["external_networks"].append({"id": "ext2"}), "external network"),
+        (lambda f: f.update(security_groups=[]), "security group"),
+    ],
+)  # fmt: skip
+def test_anything_a_role_would_change_or_refuse_leaves_the_create_to_the_roles(change, why):
+    said = warm.why_not(_broken(change), ASKED)
+    assert said is not None and why in said, said
+
+
+def test_the_watchdog_never_rents_anew_early():
+    asked = copy.deepcopy(ASKED)
+    asked["warm_start"]["reuse_only"] = True
+    assert "watchdog" in warm.why_not(_found(), asked)
+
+
+def test_a_volume_kept_on_delete_is_mapped_as_the_server_roles_create_maps_it():
+    assert warm.existing("b", 0) == {
+        "boot_index": 0, "uuid": "b", "source_type": "volume", "destination_type": "volume",
+        "delete_on_termination": False,
+    }  # fmt: skip
+
+
+def test_the_create_is_not_asked_when_the_roles_must_go_first():
+    class Refuse:  # any call on it fails the test: nothing may be asked of the cloud
+        def __getattr__(self, name):
+            raise AssertionError(f"asked the cloud for {name}")
+
+    assert warm.start(Refuse(), _broken(lambda f: f.update(security_groups=[])), ASKED, None) == {
+        "created": False, "why": "not exactly one security group",
+    }  # fmt: skip
