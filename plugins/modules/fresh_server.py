@@ -23,7 +23,7 @@ description:
     The flavor, the network and the volumes are found side by side before the create.
   - The server's port is returned, so the floating IP is attached without a lookup of its own.
   - With I(created_early), a server of that name found is the one up's lookup asked for moments ago
-    (rental_lookup's warm_start): adopted as above, and reported as made by this up.
+    (rental_lookup's warm_start); it is adopted as above, and reported as made by this up.
   - With I(floating_ip), the project's address (found by its description, else made) is taken while
     Nova builds and attached once the server is ACTIVE, as openstack.cloud.server's floating_ips
     would; the floating_ip role's own two tasks after the build cost a warm up 2 s of about 33 on the

@@ -526,8 +526,15 @@ def test_up_after_stop_reuses_the_same_volumes(life, llm):
     )
     llm.first_up = up(project)
     assert llm.first_up.returncode == 0, llm.first_up.stdout[-3000:] + llm.first_up.stderr[-3000:]
+    # a warm restart: the lookup asked for the server (warm_start) and the server role adopted it, once
+    log = last_up_log(project)
+    assert re.search(r"TASK \[Look up what earlier ups made[^\]]*\] \**\nchanged: \[localhost\]", log), log[:3000]
+    assert len(re.findall(r"TASK \[server : Create the server from the existing volumes as", log)) == 1
     s = state(project)
     assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == set(volumes.values())
+    [server] = ours.servers()
+    assert sorted(ours.conn.compute.get_server(server.id).tags) == ["gpu-rent", "preemptible"]  # billed preemptible
+    assert s["resources"]["server"] == server.id
     assert {v.name: v.id for v in ours.volumes().values()} == volumes
     # the data is there, on a filesystem as large as the volume resize-data grew
     check = "df --output=size -B1M /mnt/swarm_data | tail -1; cat /opt/swarmui/Output/before-resize.txt"
