@@ -79,6 +79,16 @@ def existing(volume_id: str, boot_index: int) -> dict:
     }
 
 
+def project_address(network, listed: list, network_id: str, description: str) -> tuple:
+    """(the project's floating IP, whether made here): of those listed under its description, one on a
+    port (a server's, kept from before) before a free one; none listed, a new one on network_id.
+    listed holds dicts (the lookup's) or openstacksdk resources (fresh_server's), read alike."""
+    ordered = sorted(listed, key=lambda ip: ip["port_id"] is None)
+    if ordered:
+        return ordered[0], False
+    return network.create_ip(floating_network_id=network_id, description=description), True
+
+
 def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
     """rental_lookup's `early` answer: the server asked for (and the project's address taken), or why not."""
     why = why_not(found, asked)
@@ -106,16 +116,12 @@ def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
         return {"created": False, "why": said.group(0) if said else " ".join(str(e).split())[:300]}
     early = {"created": True, "why": "", "server": server.to_dict(computed=False), "flavor": asked["flavors"][0]}
     spec = warm["floating_ip"]
-    if spec:  # taken while Nova builds, as fresh_server does: one on a port before a free one, else made
+    if spec:  # taken while Nova builds, as fresh_server takes it
         try:
-            taken = sorted(found["floating_ips"], key=lambda ip: ip["port_id"] is None)
-            if taken:
-                early["floating_ip"] = taken[0]
-            else:
-                made = conn.network.create_ip(
-                    floating_network_id=found["external_networks"][0]["id"], description=spec["description"]
-                )
-                early["floating_ip"] = made.to_dict(computed=False)
+            address, made = project_address(
+                conn.network, found["floating_ips"], found["external_networks"][0]["id"], spec["description"]
+            )
+            early["floating_ip"] = address.to_dict(computed=False) if made else address
         except sdk_exceptions.SDKException as e:  # fresh_server takes one, or the floating_ip role
             early["floating_ip_error"] = " ".join(str(e).split())[:300]
     return early

@@ -83,9 +83,13 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 # was made, try elsewhere. As a collection's module, or (playbooks/library in a direct run) with
 # playbooks/module_utils beside it.
 try:
-    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import NO_ROOM, existing
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import (
+        NO_ROOM,
+        existing,
+        project_address,
+    )
 except ImportError:
-    from ansible.module_utils.gpu_rent_warm_start import NO_ROOM, existing
+    from ansible.module_utils.gpu_rent_warm_start import NO_ROOM, existing, project_address
 
 
 def released(made: bool, keep: bool, attached: bool) -> bool:
@@ -203,14 +207,12 @@ class FreshServerModule(OpenStackModule):
         ]
 
     def _address(self):
-        """(the project's floating IP, whether made here): one already on a port is taken before a free one."""
+        """(the project's floating IP, whether made here), as gpu_rent_warm_start.project_address takes it."""
         spec = self.params["floating_ip"]
         network = self.conn.network
         try:
-            found = sorted(network.ips(description=spec["description"]), key=lambda ip: ip.port_id is None)
-            if found:
-                return found[0], False
-            return network.create_ip(floating_network_id=spec["network_id"], description=spec["description"]), True
+            listed = list(network.ips(description=spec["description"]))
+            return project_address(network, listed, spec["network_id"], spec["description"])
         except self.sdk.exceptions.SDKException as e:  # the server is still waited for and its volumes named
             self.warn(f"no floating IP while the server built ({e}); the floating_ip role takes one")
             return None, False

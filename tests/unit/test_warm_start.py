@@ -110,3 +110,35 @@ def test_the_create_is_not_asked_when_the_roles_must_go_first():
     assert warm.start(Refuse(), _broken(lambda f: f.update(security_groups=[])), ASKED, None) == {
         "created": False, "why": "not exactly one security group",
     }  # fmt: skip
+
+
+class _Network:
+    """Neutron as project_address meets it: it records the addresses it is asked to make."""
+
+    def __init__(self):
+        self.made: list[dict] = []
+
+    def create_ip(self, **asked):
+        self.made.append(asked)
+        return {"id": "new", "port_id": None, **asked}
+
+
+@pytest.mark.parametrize(
+    ("listed", "taken"),
+    [
+        ([{"id": "free", "port_id": None}, {"id": "on-port", "port_id": "p"}], "on-port"),  # a server's, kept
+        ([{"id": "free", "port_id": None}], "free"),
+    ],
+)
+def test_the_projects_address_is_taken_on_a_port_first_then_free(listed, taken):
+    network = _Network()
+    address, made = warm.project_address(network, listed, "ext", "gpu-rent p1")
+    assert address["id"] == taken and not made
+    assert network.made == []
+
+
+def test_the_projects_address_is_made_on_the_external_network_when_none_is_listed():
+    network = _Network()
+    address, made = warm.project_address(network, [], "ext", "gpu-rent p1")
+    assert made and address["id"] == "new"
+    assert network.made == [{"floating_network_id": "ext", "description": "gpu-rent p1"}]
