@@ -142,3 +142,11 @@ def test_the_projects_address_is_made_on_the_external_network_when_none_is_liste
     address, made = warm.project_address(network, [], "ext", "gpu-rent p1")
     assert made and address["id"] == "new"
     assert network.made == [{"floating_network_id": "ext", "description": "gpu-rent p1"}]
+
+
+def test_the_projects_address_is_read_alike_from_openstacksdk_resources():
+    from openstack.network.v2.floating_ip import FloatingIP  # fresh_server lists these, the lookup dicts
+
+    listed = [FloatingIP(id="free", port_id=None), FloatingIP(id="on-port", port_id="p")]
+    address, made = warm.project_address(_Network(), listed, "ext", "gpu-rent p1")
+    assert address.id == "on-port" and not made
