@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_rent import cloud, stopped_bill, swarmui_versions, token_cache, vm_end
+from gpu_rent import cloud, stop_head_start, stopped_bill, swarmui_versions, token_cache, vm_end
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
@@ -248,6 +248,10 @@ class Rental:
             state = load_state(self.store, self.say)
             conn = connect(self.settings)
             recorded = state.resources.get("server")
+            name = resource_names(self.settings.name)["server"]
+            if recorded and stop_head_start.ask_for_delete(conn, recorded, name):
+                # deleted by this stop, whatever the playbook finds of it (Nova may be done before it looks)
+                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, vm_end.stopped(recorded, time.time()))
             self._run(state, "stop", "stopping")
             if recorded:  # deleted by this stop (its playbook recorded that), or gone before: whose doing
                 vm_end.settle(self.settings.runtime_dir, conn, recorded)

@@ -18,16 +18,17 @@ description:
     wait_for_delete ends - asking every half second (openstack.cloud.server waits through openstacksdk,
     which asks every 5 s; Nova's delete takes about 3 s on the test ground). A DELETED server holds
     nothing that bills (its volumes are detached, its ports gone) and every lister of gpu-rent passes
-    over it. With I(floating_ip_description) it then deletes the floating IPs of that description (the
-    project's mark), as openstack.cloud.server's delete_ips would, also when no server was found (a stop
-    killed after its server went). Neutron refusing is returned, not raised.
+    over it. With I(floating_ip_description) it deletes the floating IPs of that description (the
+    project's mark) meanwhile, as openstack.cloud.server's delete_ips would - once Nova has taken the delete
+    of every server, so that no server is left running without its address - also when no server was
+    found (a stop killed after its server went). Neutron refusing is returned, not raised.
   - All of it is one process and one login, where each task of its own cost a stop a module start and a login
     (about 0.8 s each of about 7 on the ground).
   - A server already gone (the idle-killer deleted it meanwhile) is no error.
 options:
   name: {description: Server name., type: str, required: true}
   floating_ip_description:
-    description: Once the servers are gone, delete the floating IPs of this description.
+    description: Once Nova has taken the servers' delete, delete the floating IPs of this description.
     type: str
   application_credential:
     description: After asking Nova to delete, delete the current user's application credential of this name.
@@ -89,20 +90,16 @@ class RentalServerDeleteModule(OpenStackModule):
                 )
         for server in found:
             compute.delete_server(server["id"], ignore_missing=True)
-        said = {}
-        # Nova's delete takes seconds: the credential goes and the addresses are listed meanwhile
+        # Nova's delete takes seconds: the credential and the addresses go meanwhile - the addresses only now
+        # that Nova has taken every server's delete (an address deleted before would leave a running server
+        # unreachable to a stop killed in between; now a killed stop leaves at most the address, and the
+        # next stop finds it)
         with ThreadPoolExecutor(max_workers=2) as beside:
             credential = beside.submit(self._credential_said, p["application_credential"])
-            addresses = beside.submit(self._addresses, p["floating_ip_description"])
+            addresses = beside.submit(self._floating_ips_said, p["floating_ip_description"])
             self._wait_gone([server["id"] for server in found])
-        said.update(credential.result())
-        deleted = []
-        if p["floating_ip_description"]:
-            try:
-                self._delete_floating_ips(addresses.result(), deleted)
-            except (self.sdk.exceptions.SDKException, ClientException) as e:  # the end is recorded first, then said
-                said["floating_ip_error"] = str(e)
-            said["floating_ips"] = deleted
+        said = {**credential.result(), **addresses.result()}
+        deleted = said.get("floating_ips", [])
         changed = bool(found) or bool(deleted) or said.get("application_credential_deleted", False)
         self.exit_json(changed=changed, servers=found, **said)
 
@@ -136,16 +133,19 @@ class RentalServerDeleteModule(OpenStackModule):
             identity.delete_application_credential(user, found.id)
         return bool(found)
 
-    def _addresses(self, description: str | None) -> list:
-        """The project's floating IPs (listed while the server goes; deleted once it is gone)."""
-        return list(self.conn.network.ips(description=description)) if description else []
-
-    def _delete_floating_ips(self, addresses: list, deleted: list[str]) -> None:
-        """After the server: an address deleted first would leave a running server unreachable to a stop
-        killed in between; the other way round only the address is left, and the next stop finds it."""
-        for ip in addresses:
-            self.conn.network.delete_ip(ip.id, ignore_missing=True)
-            deleted.append(ip.id)
+    def _floating_ips_said(self, description: str | None) -> dict:
+        """The project's floating IPs deleted, for the result (nothing without a description); the end of the
+        server is recorded before Neutron's refusal is said."""
+        if not description:
+            return {}
+        deleted = []
+        try:
+            for ip in self.conn.network.ips(description=description):
+                self.conn.network.delete_ip(ip.id, ignore_missing=True)
+                deleted.append(ip.id)
+        except (self.sdk.exceptions.SDKException, ClientException) as e:
+            return {"floating_ips": deleted, "floating_ip_error": str(e)}
+        return {"floating_ips": deleted}
 
 
 def main():

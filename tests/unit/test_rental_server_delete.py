@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_rent import stop_head_start
 from tests.module_file import load
 
 MODULES = Path(__file__).resolve().parents[2] / "plugins" / "modules"
@@ -24,6 +25,9 @@ module = load("rental_server_delete", MODULES / "rental_server_delete.py")
 )
 def test_only_a_server_with_the_tag_or_the_mark_is_ours(server, ours):
     assert module.ours(server) is ours
+    # stop's head start (the CLI's delete before the playbook's) goes by the same rule, on a Server resource
+    resource = type("Server", (), {"tags": server.get("tags"), "metadata": server.get("metadata")})()
+    assert stop_head_start.rented_by_gpu_rent(resource) is ours
 
 
 @pytest.mark.parametrize(
