@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_rent import cloud, stop_head_start, stopped_bill, swarmui_versions, token_cache, vm_end
+from gpu_rent import cloud, stop_head_start, stopped_bill, swarmui_versions, token_cache, up_head_start, vm_end
 from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
@@ -24,6 +24,8 @@ class CloudUnreachable(Exception):
     """Keystone did not answer or refused the credentials."""
 
 
+# up's lookup handed to up.yml (up_head_start.py), in the runtime dir for the playbook's run only
+UP_FOUND_FILE = "up-found.json"
 _PHASE_REASONS = {"bootstrapping": "SSH answers", "ready_cloud": "SwarmUI answers with a running backend"}
 
 
@@ -228,7 +230,12 @@ class Rental:
             state = load_state(self.store, self.say)
             conn = connect(self.settings)
             view = cloud.observe(conn, self.settings.name)
-            items = plan(self.settings, view, conn)
+            extra = extra or {}
+            asked = up_head_start.questions(self.settings, bool(extra.get("gpu_rent_reuse_only")))
+            # the playbook's lookup beside the plan: this process has logged in and found the services already
+            items, found = cloud.side_by_side(
+                lambda: plan(self.settings, view, conn), lambda: up_head_start.ask(conn, asked)
+            )
             server = view.server(resource_names(self.settings.name)["server"], state.resources.get("server"))
             address = cloud.our_address(view, server, self.settings.name)
             bill = stopped_bill.for_server(self.settings, view, server, address) if server else None
@@ -238,9 +245,13 @@ class Rental:
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
             state.move_to(Phase.PROVISIONING, "up")
             self.store.save(state)
-            result = self._run(
-                state, "up", "renting and bootstrapping", {"gpu_rent_operator_cidr": cidr, **(extra or {})}
-            )
+            handover = self.settings.runtime_dir / UP_FOUND_FILE
+            try:
+                up_head_start.start(conn, asked, found, handover)  # Nova builds while ansible-playbook starts
+                handed = {"gpu_rent_operator_cidr": cidr, "gpu_rent_up_found_file": str(handover), **extra}
+                result = self._run(state, "up", "renting and bootstrapping", handed)
+            finally:
+                handover.unlink(missing_ok=True)
             return state, result
 
     def stop(self) -> State:

@@ -1,6 +1,7 @@
 """Run a playbook through ansible-runner: events in, progress and a log out.
 
-The wrapper never changes the cloud itself; it runs playbooks/<name>.yml here.
+The wrapper changes the cloud itself only to start what a playbook then does whole (up_head_start.py,
+stop_head_start.py); it runs playbooks/<name>.yml here.
 Events feed a callback (the CLI's Rich progress), every event's text goes to
 `.gpu-rent/logs/`, `set_stats` results reach the caller as soon as a role
 records an id, and Ctrl+C stops the whole process group: SIGTERM, then SIGKILL

@@ -114,7 +114,9 @@ def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
     except sdk_exceptions.HttpException as e:  # nothing was created: the server role meets it again, in words
         said = NO_ROOM.search(str(e))
         return {"created": False, "why": said.group(0) if said else " ".join(str(e).split())[:300]}
-    early = {"created": True, "why": "", "server": server.to_dict(computed=False), "flavor": asked["flavors"][0]}
+    created = server.to_dict(computed=False)
+    created.pop("admin_password", None)  # Nova's adminPass of the create's answer: a secret, of no use here
+    early = {"created": True, "why": "", "server": created, "flavor": asked["flavors"][0]}
     spec = warm["floating_ip"]
     if spec:  # taken while Nova builds, as fresh_server takes it
         try:
