@@ -313,19 +313,27 @@ def fire_the_killer(address: str) -> None:
 
 @pytest.mark.timeout(600 + molecule_runs.TIMEOUT * 3)  # it may wait for the Molecule scenarios first
 def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(rental, molecule_quiet):
-    """stop killed at its first step; then the tunnel of --stop-on-exit killed outright: its sentinel stops
-    the VM, and the idle-killer deletes the server while that stop's playbook is between looking at the
-    server and deleting it; the sentinel is killed in turn, then `stop` in its next step, then Neutron's API
+    """stop killed at its playbook's first step, after its head start asked Nova for the delete; up rents
+    again; then the tunnel of --stop-on-exit killed outright: its sentinel stops the VM, and the idle-killer
+    deletes the server while that stop's playbook looks it up (its head start asked for the delete too, so
+    both delete at once); the sentinel is killed in turn, then `stop` in its next step, then Neutron's API
     goes away; the next stop ends it all."""
     project = rental.project
     secret = json.loads(rental.on_vm("cat /root/.gpu-rent/idle-killer.json"))["credential_secret"]
     pulled = gpu_rent(project, "pull-output")
     assert pulled.returncode == 0, pulled.stderr
     assert (project / "Output" / Path(SENTINEL).name).read_text().strip() == "survives-every-fault"
-    # stop killed at its playbook's first step: the server still runs, the tunnel is closed
+    # stop killed at its playbook's first step: its head start (gpu_rent/stop_head_start.py) had asked Nova
+    # for the delete, so the server goes; its address and the killer's credential wait for the next stop,
+    # and the next up rents again on the same volumes
     rental.interrupt(("stop",), task("stop", "Refuse to destroy the volumes"), "stop's first step", 0.0)
     rental.converged_invariants("stop killed at its first step")
+    wait_until("the server to go, asked for before the killed playbook", lambda: not rental.ours.servers(), 60)
+    rental.converged_invariants("the server gone after the killed stop")
+    again = gpu_rent(project, "up", "--yes", "--no-tunnel")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert rental.ours.servers()
+    secrets = [secret, json.loads(rental.on_vm("cat /root/.gpu-rent/idle-killer.json"))["credential_secret"]]
     # an end status kept from the walk's servers (one in ERROR that up deleted, when status saw it first)
     kept_end = project / ".gpu-rent" / "last-end.json"
     earlier_end = json.loads(kept_end.read_text()) if kept_end.exists() else None
@@ -394,12 +402,12 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     written += list(project.parent.glob("run-*.out"))
     assert any(p.suffix == ".log" for p in written) and any(p.name == "command" for p in written)
     assert any(p.parts[-2] == "Output" for p in written)
-    for secret_text in (password, secret):
+    for secret_text in (password, *secrets):
         leaking = [str(p) for p in written if secret_text.encode() in p.read_bytes()]
         assert leaking == [], leaking
     # killed runs leave nothing in Ansible's default temp folders either: module arguments (the password)
     # travel on a pipe, and the killer's staged credential sits in the run's own temp, which went with it
     assert list((project / ".gpu-rent" / "runner" / "tmp").iterdir()) == []
     # (this project's name and its credential, not the password: other tests' live runs share that login)
-    left = ansible_temp_files_holding([project.name.encode(), secret.encode()], since=rental.started)
+    left = ansible_temp_files_holding([project.name.encode(), *(s.encode() for s in secrets)], since=rental.started)
     assert left == [], left
