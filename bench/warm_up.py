@@ -5,7 +5,7 @@ Usage (the test ground running; from the repository root):
 
 In one run, on a project of its own (one flavor that fits, gpu.l4.1): a first `up` makes the volumes
 and installs SwarmUI, `stop` deletes the server. Then, warm (volumes, snapshot and SwarmUI there):
-  floor  (twice, the faster counts) a bare openstacksdk program (bench/floor_sdk.py), timed from its
+  floor  (twice, the faster counts) a bare openstacksdk program (bench/_floor_sdk.py), timed from its
          spawn as ours is from gpu-rent's (its start, login and lookups by name count as ours do): a
          server from the same boot and data volumes, flavor, network, security group and key; a floating
          IP; ACTIVE; sshd answering; `systemctl restart swarmui` and SwarmUI's GetNewSession answering on
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 GPU_RENT = REPO / ".venv" / "bin" / "gpu-rent"
 PROJECT = REPO / ".ground" / "project"
 FLAVOR = "gpu.l4.1"
-FLOOR = Path(__file__).resolve().with_name("floor_sdk.py")
+FLOOR = Path(__file__).resolve().with_name("_floor_sdk.py")
 
 
 def gpu_rent(project: Path, *args: str) -> float:
@@ -97,14 +97,14 @@ class Phases:
 
 
 def floor_program(*args: str) -> tuple[float, float, dict]:
-    """(epoch of the spawn, seconds until it ended, its marks) of bench/floor_sdk.py as a process of its own."""
+    """(epoch of the spawn, seconds until it ended, its marks) of bench/_floor_sdk.py as a process of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
     env["OS_CLIENT_CONFIG_FILE"] = str(CLOUDS_YAML)
     spawned, start = time.time(), time.monotonic()
     result = subprocess.run([sys.executable, str(FLOOR), *args], env=env, capture_output=True, text=True)
     seconds = time.monotonic() - start
     if result.returncode != 0:
-        sys.exit(f"floor_sdk.py {args[0]} failed (rc {result.returncode}):\n{result.stdout}\n{result.stderr[-3000:]}")
+        sys.exit(f"_floor_sdk.py {args[0]} failed (rc {result.returncode}):\n{result.stdout}\n{result.stderr[-3000:]}")
     return spawned, seconds, json.loads(result.stdout.splitlines()[-1])
 
 

@@ -3,8 +3,8 @@
 warm_up.py runs it as a process of its own, as gpu-rent runs: its python start, imports, login and lookups by
 name count as ours do (ours reads no more than the names either). Nothing here but openstacksdk and ssh.
 
-    floor_sdk.py up NAME POOL FLAVOR SSH_ARGV_JSON   a server NAME-floor from NAME-boot and NAME-data
-    floor_sdk.py stop NAME                           delete it, wait until it is gone, delete its address
+    _floor_sdk.py up NAME POOL FLAVOR SSH_ARGV_JSON   a server NAME-floor from NAME-boot and NAME-data
+    _floor_sdk.py stop NAME                           delete it, wait until it is gone, delete its address
 
 Each prints one JSON line of time.time() marks: up {"login", "created", "answered"}, stop {"login"}.
 OS_CLIENT_CONFIG_FILE names the ground's clouds.yaml (cloud "ground").
