@@ -26,6 +26,8 @@ class CloudUnreachable(Exception):
 
 # up's lookup handed to up.yml (up_head_start.py), in the runtime dir for the playbook's run only
 UP_FOUND_FILE = "up-found.json"
+# Older than this once the confirmation came back (a person answered), up's lookup is asked again.
+LOOKUP_FRESH_SECONDS = 2.0
 _PHASE_REASONS = {"bootstrapping": "SSH answers", "ready_cloud": "SwarmUI answers with a running backend"}
 
 
@@ -199,9 +201,7 @@ class Rental:
             except OSError as e:
                 self.say(f"state: could not save {self.store.path}: {e.strerror}")
 
-        ended = end_orphans(self.settings.project_dir)
-        if ended:
-            self.say(f"ended {ended} playbook processes that a killed gpu-rent command had left running")
+        self._end_orphans()
         state.begin_operation(playbook, title)
         self.store.save(state)
         with self.progress(title) as show:
@@ -222,6 +222,23 @@ class Rental:
             raise OperationFailed(f"{playbook}: {result.failure} (log: {_rel(result.log, self.settings)})")
         return result
 
+    def _end_orphans(self) -> None:
+        ended = end_orphans(self.settings.project_dir)
+        if ended:
+            self.say(f"ended {ended} playbook processes that a killed gpu-rent command had left running")
+
+    def _record_early(self, state: State, early: dict) -> None:
+        """The server up's head start asked for (and the address it took), in the state before the playbook
+        starts: should the playbook never get as far as recording them, stop and status still name them."""
+        if not early.get("created"):
+            return
+        state.resources["server"] = str(early["server"]["id"])
+        address = early.get("floating_ip") or {}
+        if address.get("id"):
+            state.resources["floating_ip"] = str(address["id"])
+            state.resources["floating_ip_address"] = str(address.get("floating_ip_address") or "")
+        self.store.save(state)
+
     def up(self, confirm: Callable[[list[PlanItem]], bool], extra: dict | None = None) -> tuple[State, PlaybookResult]:
         self.settings.ssh_public_key()  # a missing key is bad input: before anything is rented
         refuse_unsupported(self.settings)
@@ -236,6 +253,7 @@ class Rental:
             items, found = cloud.side_by_side(
                 lambda: plan(self.settings, view, conn), lambda: up_head_start.ask(conn, asked)
             )
+            looked = time.monotonic()
             server = view.server(resource_names(self.settings.name)["server"], state.resources.get("server"))
             address = cloud.our_address(view, server, self.settings.name)
             bill = stopped_bill.for_server(self.settings, view, server, address) if server else None
@@ -243,11 +261,15 @@ class Rental:
                 self.say(f"server {server.name}: {bill}; bringing it back")
             if any(i.action == "create" and i.what == "server" for i in items) and not confirm(items):
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
+            if time.monotonic() - looked > LOOKUP_FRESH_SECONDS:  # a person answered: the cloud may have moved
+                found = up_head_start.ask(conn, asked)
+            self._end_orphans()  # before anything changes the cloud: an orphaned up would rent a second server
             state.move_to(Phase.PROVISIONING, "up")
             self.store.save(state)
             handover = self.settings.runtime_dir / UP_FOUND_FILE
             try:
-                up_head_start.start(conn, asked, found, handover)  # Nova builds while ansible-playbook starts
+                found = up_head_start.start(conn, asked, found, handover)  # Nova builds while ansible starts
+                self._record_early(state, found["early"])
                 handed = {"gpu_rent_operator_cidr": cidr, "gpu_rent_up_found_file": str(handover), **extra}
                 result = self._run(state, "up", "renting and bootstrapping", handed)
             finally:
@@ -260,6 +282,7 @@ class Rental:
             conn = connect(self.settings)
             recorded = state.resources.get("server")
             name = resource_names(self.settings.name)["server"]
+            self._end_orphans()
             if recorded and stop_head_start.ask_for_delete(conn, recorded, name):
                 # deleted by this stop, whatever the playbook finds of it (Nova may be done before it looks)
                 vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, vm_end.stopped(recorded, time.time()))

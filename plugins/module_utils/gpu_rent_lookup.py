@@ -1,13 +1,13 @@
 """What up's one lookup asks the cloud (plugins/modules/rental_lookup.py), in plain openstacksdk.
 
-Kept apart from the module so that another caller can ask the same questions; `gpu-rent up` did for a while
-and handed the answer to up.yml as an extra var, which ansible-core 2.19 renders as a trusted template (the
-cloud's strings with it): a handover must come as data read from a file, never as -e.
+Kept apart from the module so that another caller can ask the same questions: `gpu-rent up` does
+(gpu_rent/up_head_start.py) and hands the answer to up.yml as data read from a file - never as an extra var,
+which ansible-core 2.19 renders as a trusted template, the cloud's strings with it.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 # The questions, as rental_lookup's options: every one may be left out (empty or None).
 QUESTIONS = (
@@ -31,10 +31,23 @@ def lookup(conn, asked: dict) -> dict:
     # Nova and Cinder's questions beside Neutron's: each service's first call pays its version discovery
     # and the token's validation (0.1-0.17 s on the ground, more on a real cloud), and the calls were 13
     # in a row. Two lines, not one per service: four made the ground's services answer slower than one.
-    with ThreadPoolExecutor(max_workers=1) as beside:
-        network = beside.submit(lambda: {**_networks(conn, p), **_network_rest(conn, p)})
-        found = {**_compute(conn, p), **_storage(conn, p)}
-        found.update(network.result())
+    # A daemon thread, not an executor's: gpu-rent up asks this too, and Ctrl+C must end it at once even
+    # when the network hangs (an executor's threads are waited for at exit).
+    network: dict = {}
+
+    def ask_network() -> None:
+        try:
+            network["found"] = {**_networks(conn, p), **_network_rest(conn, p)}
+        except BaseException as e:  # raised in the caller's thread below
+            network["error"] = e
+
+    beside = threading.Thread(target=ask_network, daemon=True, name="lookup-network")
+    beside.start()
+    found = {**_compute(conn, p), **_storage(conn, p)}
+    beside.join()
+    if "error" in network:
+        raise network["error"]
+    found.update(network["found"])
     return found
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: delete the rental's server (never one gpu-rent did not rent), wait until gone, delete its address."""
+"""Ansible module: delete the rental's server (never one gpu-rent did not rent) and its address, wait until gone."""
 
 from __future__ import annotations
 

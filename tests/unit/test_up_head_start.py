@@ -12,6 +12,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from gpu_rent import config, up_head_start
+from gpu_rent.rental import Rental
+from gpu_rent.state import State, StateStore
 
 REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "playbooks" / "up.yml"
@@ -100,3 +102,17 @@ def test_the_answer_goes_to_the_playbook_as_a_file_with_why_no_server_was_asked_
     assert handed["servers"] == found["servers"]
     assert handed["early"] == {"created": False, "why": "a server of this name exists"}
     assert handover.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_early_server_and_its_address_are_in_the_state_before_the_playbook_runs(dead_cloud_project):
+    """Should the playbook never get as far as recording them, stop and status still name what bills."""
+    settings = config.load(dead_cloud_project, with_cloud=False)
+    rental = Rental(settings, say=lambda _: None, progress=lambda _: None)
+    state = State()
+    rental._record_early(state, {"created": False, "why": "a volume is not available"})
+    assert state.resources == {}
+    early = {"created": True, "server": {"id": "s1"}, "floating_ip": {"id": "f1", "floating_ip_address": "10.1.2.3"}}
+    rental._record_early(state, early)
+    recorded = {"server": "s1", "floating_ip": "f1", "floating_ip_address": "10.1.2.3"}
+    assert state.resources == recorded
+    assert StateStore(dead_cloud_project).load().resources == recorded
