@@ -11,7 +11,8 @@ from ansible.errors import AnsibleValueOmittedError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from gpu_rent import config, up_head_start
+from gpu_rent import cloud, config, up_head_start
+from gpu_rent import rental as rental_module
 from gpu_rent.rental import Rental
 from gpu_rent.state import State, StateStore
 
@@ -116,3 +117,32 @@ def test_the_early_server_and_its_address_are_in_the_state_before_the_playbook_r
     recorded = {"server": "s1", "floating_ip": "f1", "floating_ip_address": "10.1.2.3"}
     assert state.resources == recorded
     assert StateStore(dead_cloud_project).load().resources == recorded
+
+
+@pytest.mark.parametrize(("answer_seconds", "lookups"), [(0.0, 1), (rental_module.LOOKUP_FRESH_SECONDS + 1, 2)])
+def test_a_lookup_older_than_a_persons_answer_is_asked_again_before_the_create(
+    dead_cloud_project, monkeypatch, answer_seconds, lookups
+):
+    """--yes answers at once and the lookup beside the plan stands; a person's answer takes seconds, and the
+    head start creates from a lookup asked after it."""
+    clock = [1000.0]
+    monkeypatch.setattr(rental_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(rental_module, "connect", lambda settings: "conn")
+    monkeypatch.setattr(rental_module.cloud, "observe", lambda conn, name: cloud.CloudView())
+    monkeypatch.setattr(rental_module, "plan", lambda *a: [rental_module.PlanItem("server", "s", "create")])
+    asked = []
+    monkeypatch.setattr(up_head_start, "ask", lambda conn, questions: asked.append(clock[0]) or {"n": len(asked)})
+    started = []
+    monkeypatch.setattr(
+        up_head_start, "start", lambda conn, q, found, handover: started.append(found) or {**found, "early": {}}
+    )
+
+    def confirm(items) -> bool:
+        clock[0] += answer_seconds
+        return True
+
+    settings = config.load(dead_cloud_project, with_cloud=False)
+    rental = Rental(settings, say=lambda _: None, progress=lambda _: None)
+    monkeypatch.setattr(rental, "_run", lambda state, playbook, title, extra: "ran")
+    assert rental.up(confirm)[1] == "ran"
+    assert len(asked) == lookups and started == [{"n": lookups}]
