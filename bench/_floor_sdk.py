@@ -1,7 +1,8 @@
 """bench/warm_up.py's floor: what a bare openstacksdk program takes, from its own start, for a warm `up` or a `stop`.
 
 warm_up.py runs it as a process of its own, as gpu-rent runs: its python start, imports, login and lookups by
-name count as ours do (ours reads no more than the names either). Nothing here but openstacksdk and ssh.
+name count as ours do (ours reads no more than the names either). Nothing here but openstacksdk and ssh:
+not tests/groundkit's ssh and wait_until, whose module imports pytest, a start-up no bare program pays.
 
     _floor_sdk.py up NAME POOL FLAVOR SSH_ARGV_JSON   a server NAME-floor from NAME-boot and NAME-data
     _floor_sdk.py stop NAME                           delete it, wait until it is gone, delete its address

@@ -41,12 +41,13 @@ GPU_RENT = REPO / ".venv" / "bin" / "gpu-rent"
 PROJECT = REPO / ".ground" / "project"
 FLAVOR = "gpu.l4.1"
 FLOOR = Path(__file__).resolve().with_name("_floor_sdk.py")
+# as a user runs them: no cloud settings but what the project folder (or, for the floor, clouds.yaml) says
+USER_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
 
 
 def gpu_rent(project: Path, *args: str) -> float:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
     start = time.monotonic()
-    result = subprocess.run([str(GPU_RENT), *args], cwd=project, env=env, capture_output=True, text=True)
+    result = subprocess.run([str(GPU_RENT), *args], cwd=project, env=USER_ENV, capture_output=True, text=True)
     seconds = time.monotonic() - start
     if result.returncode != 0:
         failed = f"gpu-rent {' '.join(args)} failed (rc {result.returncode})"
@@ -98,8 +99,7 @@ class Phases:
 
 def floor_program(*args: str) -> tuple[float, float, dict]:
     """(epoch of the spawn, seconds until it ended, its marks) of bench/_floor_sdk.py as a process of its own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
-    env["OS_CLIENT_CONFIG_FILE"] = str(CLOUDS_YAML)
+    env = USER_ENV | {"OS_CLIENT_CONFIG_FILE": str(CLOUDS_YAML)}
     spawned, start = time.time(), time.monotonic()
     result = subprocess.run([sys.executable, str(FLOOR), *args], env=env, capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -117,7 +117,9 @@ def floor_up_and_stop(conn, name: str) -> tuple[float, float, float, float, floa
         created, answered = marks["created"] - spawned, marks["answered"] - spawned
         return up, stop, created, answered - created, marks["login"] - spawned
     finally:
-        conn.compute.delete_server(conn.compute.find_server(f"{name}-floor") or "-", ignore_missing=True)
+        server = conn.compute.find_server(f"{name}-floor")  # left by a floor that failed midway
+        if server is not None:
+            conn.compute.delete_server(server, ignore_missing=True)
         for ip in conn.network.ips(description=f"{name} floor"):
             conn.network.delete_ip(ip, ignore_missing=True)
 
@@ -173,8 +175,7 @@ def main() -> None:
             report("warm-up", up_ratio, "<= 1.3", "bare openstacksdk program: server from volumes, FIP, sshd, swarmui")
             report("stop", stop_ratio, "<= 1.2", "bare openstacksdk program: delete server and wait, delete FIP")
         finally:
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
-            subprocess.run([str(GPU_RENT), "destroy", "--i-understand-data-loss"], cwd=project, env=env,
+            subprocess.run([str(GPU_RENT), "destroy", "--i-understand-data-loss"], cwd=project, env=USER_ENV,
                            capture_output=True, text=True)  # fmt: skip
 
 
