@@ -40,6 +40,12 @@ try:
 except ImportError:
     from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, checked
 
+# Module level: the action plugin of the same name (plugins/action/gpu_rent_light.py) validates with it too.
+ARGUMENT_SPEC = {
+    "disk_paths": {"type": "list", "elements": "path", "required": True},
+    "stamp": {"type": "dict", "options": STAMP_OPTIONS},
+}
+
 SMI = ["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"]
 
 
@@ -66,13 +72,7 @@ def kernel_driver(path: str = "/proc/driver/nvidia/version") -> str | None:
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "disk_paths": {"type": "list", "elements": "path", "required": True},
-            "stamp": {"type": "dict", "options": STAMP_OPTIONS},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     smi = nvidia_smi()
     df = run(["df", "--output=avail,target", "-B1", "--", *module.params["disk_paths"]])
     if df["rc"] != 0:

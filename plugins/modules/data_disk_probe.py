@@ -82,6 +82,19 @@ try:
 except ImportError:
     from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, check
 
+# Module level: the action plugin of the same name (plugins/action/gpu_rent_light.py) validates with it too.
+ARGUMENT_SPEC = dict(
+    link=dict(type="path", required=True),
+    wait_seconds=dict(type="int", default=60),
+    missing_msg=dict(default="the disk is not attached"),
+    mount_point=dict(type="path", required=True),
+    marker=dict(required=True),
+    stamp=dict(type="dict", options=STAMP_OPTIONS),
+    binds=dict(type="list", elements="dict", default=[]),
+    bind_dir=dict(type="path", default="/"),
+    bind_opts=dict(default="bind"),
+)
+
 
 def run(argv: list) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -138,20 +151,7 @@ def disk_size(device: str) -> int:
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(
-            link=dict(type="path", required=True),
-            wait_seconds=dict(type="int", default=60),
-            missing_msg=dict(default="the disk is not attached"),
-            mount_point=dict(type="path", required=True),
-            marker=dict(required=True),
-            stamp=dict(type="dict", options=STAMP_OPTIONS),
-            binds=dict(type="list", elements="dict", default=[]),
-            bind_dir=dict(type="path", default="/"),
-            bind_opts=dict(default="bind"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     link = p["link"]
     deadline = time.monotonic() + p["wait_seconds"]

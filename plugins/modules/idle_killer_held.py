@@ -37,6 +37,13 @@ try:
 except ImportError:
     from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, checked
 
+# Module level: the action plugin of the same name (plugins/action/gpu_rent_light.py) validates with it too.
+ARGUMENT_SPEC = {
+    "last_words_file": {"type": "path", "required": True},
+    "config_file": {"type": "path", "required": True},
+    "stamp": {"type": "dict", "options": STAMP_OPTIONS},
+}
+
 
 def content(path: str) -> str | None:
     try:
@@ -47,14 +54,7 @@ def content(path: str) -> str | None:
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "last_words_file": {"type": "path", "required": True},
-            "config_file": {"type": "path", "required": True},
-            "stamp": {"type": "dict", "options": STAMP_OPTIONS},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     found = {key: content(module.params[f"{key}_file"]) for key in ("last_words", "config")}
     said = {"last_words": found["last_words"], "held": found["config"]}
     module.exit_json(changed=False, **{k: v for k, v in said.items() if v is not None}, **checked(module))

@@ -50,6 +50,9 @@ try:
 except ImportError:
     from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, checked
 
+# Module level: the action plugin of the same name (plugins/action/gpu_rent_light.py) validates with it too.
+ARGUMENT_SPEC = {"dir": {"type": "path", "required": True}, "stamp": {"type": "dict", "options": STAMP_OPTIONS}}
+
 
 def text(path: str) -> str | None:
     """The file's text; None where it cannot be read (absent, a folder), as the role's slurps took it."""
@@ -87,10 +90,7 @@ def gpus() -> dict:
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={"dir": {"type": "path", "required": True}, "stamp": {"type": "dict", "options": STAMP_OPTIONS}},
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     top = module.params["dir"]
     settings = text(os.path.join(top, "Data", "Settings.fds"))
     module.exit_json(

@@ -41,12 +41,12 @@ try:
 except ImportError:
     from ansible.module_utils.gpu_rent_stamp import STAMP_OPTIONS, check, record
 
+# Module level: the action plugin of the same name (plugins/action/gpu_rent_light.py) validates with it too.
+ARGUMENT_SPEC = dict(state=dict(default="check", choices=["check", "record"]), **STAMP_OPTIONS)
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec=dict(state=dict(default="check", choices=["check", "record"]), **STAMP_OPTIONS),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if p["state"] == "record":
         if not module.check_mode:

@@ -1,0 +1,137 @@
+"""Run one of this collection's stdlib-only modules on the host without AnsiballZ: one round trip, ~0.05 s.
+
+Not a task of its own: bootstrap_probe, data_disk_probe, swarmui_probe, idle_killer_held and vm_stamp each
+have an action plugin of their name, a symlink to this file (the task's action names the module to run).
+A module run the usual way costs ~0.2 s over SSH before it does anything: the controller wraps it with
+ansible's module_utils, the host unpacks and compiles them (`ansible.builtin.ping` took 0.20 s, `raw:
+python3 -c pass` 0.04 s on the test ground), and a warm `up` runs these reads on every run. They need
+nothing of ansible on the host but AnsibleModule's params, check_mode, exit_json, fail_json and
+get_bin_path, so:
+
+- the controller validates the task's arguments with ansible's own validator, as AnsibleModule does,
+  against the module's ARGUMENT_SPEC (types, defaults, choices, suboptions, the same refusal);
+- the host gets one Python program on stdin: a stand-in for those five members, the module_utils the
+  module imports (gpu_rent_stamp) and the module file itself, run as __main__ unchanged;
+- its JSON answer is the task's result; a crash is a failure with its stderr, as ansible reports one.
+
+The module file stays the truth: ansible-doc, the unit tests and a run without this plugin take the same code
+(tests/unit/test_light_modules.py runs each both ways and compares).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from ansible.module_utils.common.arg_spec import ModuleArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
+from ansible.plugins.action import ActionBase
+
+PLUGINS = Path(__file__).resolve().parents[1]
+MODULE_UTILS = ("gpu_rent_stamp",)  # what the light modules import, in dependency order
+DEFAULT_PYTHON = "/usr/bin/python3"
+
+# The host's side: AnsibleModule's members these modules use, with ansible's semantics (get_bin_path also
+# looks in the sbin folders; fail_json sets failed; exit_json and fail_json end the program).
+PRELUDE = r"""
+import json, os, sys, types
+
+def _done(result):
+    sys.stdout.write(json.dumps(result))
+    sys.stdout.flush()
+    sys.exit(0)
+
+class AnsibleModule:
+    def __init__(self, argument_spec=None, supports_check_mode=False, **_):
+        self.params = _PARAMS
+        self.check_mode = _CHECK_MODE
+
+    def exit_json(self, **result):
+        _done(result)
+
+    def fail_json(self, msg, **result):
+        result.update(failed=True, msg=msg)
+        _done(result)
+
+    def get_bin_path(self, arg, required=False, opt_dirs=None):
+        paths = [d for d in (opt_dirs or []) if d and os.path.exists(d)]
+        paths += os.environ.get("PATH", "").split(os.pathsep)
+        paths += [p for p in ("/sbin", "/usr/sbin", "/usr/local/sbin") if p not in paths and os.path.exists(p)]
+        for d in paths:
+            path = os.path.join(d, arg) if d else ""
+            if path and os.path.exists(path) and not os.path.isdir(path) and os.access(path, os.X_OK):
+                return path
+        if required:
+            self.fail_json(msg='Failed to find required executable "%s" in paths: %s' % (arg, os.pathsep.join(paths)))
+        return None
+
+def _module(name, source):
+    module = types.ModuleType(name)
+    exec(compile(source, name, "exec"), module.__dict__)
+    sys.modules[name] = module
+    return module
+
+for _name in ("ansible", "ansible.module_utils"):
+    sys.modules[_name] = types.ModuleType(_name)
+sys.modules["ansible.module_utils.basic"] = types.ModuleType("ansible.module_utils.basic")
+sys.modules["ansible.module_utils.basic"].AnsibleModule = AnsibleModule
+"""
+
+
+def payload(module_source: str, utils: dict[str, str], params: dict, check_mode: bool) -> str:
+    """The program the host runs: the stand-in, the module_utils as ansible.module_utils.<name>, the module."""
+    parts = [f"import json\n_PARAMS = json.loads({json.dumps(params)!r})\n_CHECK_MODE = {check_mode!r}", PRELUDE]
+    for name, source in utils.items():
+        parts.append(f"_module({'ansible.module_utils.' + name!r}, {source!r})")
+    parts.append(f"exec(compile({module_source!r}, 'module', 'exec'), {{'__name__': '__main__'}})")
+    return "\n".join(parts) + "\n"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def argument_spec(module_name: str) -> dict:
+    """The module's ARGUMENT_SPEC, read by importing the module file here on the controller."""
+    for util in MODULE_UTILS:  # as the module imports them in a direct run (playbooks/module_utils)
+        full = f"ansible.module_utils.{util}"
+        if full not in sys.modules and importlib.util.find_spec(full) is None:
+            _load(full, PLUGINS / "module_utils" / f"{util}.py")
+    return _load(f"gpu_rent_light_{module_name}", PLUGINS / "modules" / f"{module_name}.py").ARGUMENT_SPEC
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        name = self._task.action.rsplit(".", 1)[-1]
+        checked = ModuleArgumentSpecValidator(argument_spec(name)).validate(self._task.args)
+        if len(checked.errors.errors):  # as AnsibleModule.__init__ fails: on the first error, in its words
+            msg = checked.errors.msg
+            if isinstance(checked.errors[0], UnsupportedError):
+                msg = f"Unsupported parameters for ({name}) module: {msg}"
+            result.update(failed=True, msg=msg)
+            return result
+        utils = {u: (PLUGINS / "module_utils" / f"{u}.py").read_text(encoding="utf-8") for u in MODULE_UTILS}
+        module_source = (PLUGINS / "modules" / f"{name}.py").read_text(encoding="utf-8")
+        program = payload(module_source, utils, checked.validated_parameters, bool(self._task.check_mode))
+        known = task_vars or {}
+        python = known.get("ansible_python_interpreter") or known.get("discovered_interpreter_python")
+        python = self._templar.template(python or DEFAULT_PYTHON)
+        ran = self._low_level_execute_command(f"{python} -", in_data=program.encode("utf-8"))
+        try:
+            answer = json.loads(ran["stdout"])
+        except ValueError:
+            result.update(failed=True, msg="MODULE FAILURE", rc=ran["rc"],
+                          module_stdout=ran["stdout"], module_stderr=ran["stderr"])  # fmt: skip
+            return result
+        result.update(answer)
+        return result

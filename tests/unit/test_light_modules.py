@@ -1,0 +1,110 @@
+"""plugins/action/gpu_rent_light.py runs a module without AnsiballZ: it must answer as the module run by ansible does.
+
+Each case runs the same task twice through the real `ansible` command on localhost: once the usual way (the
+module packed by AnsiballZ, AnsibleModule validating), once through the action plugin (validation on the
+controller, the module file run by the stand-in). The answers must be equal but for what only AnsibleModule
+adds (invocation); so must a failure and a refused argument.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = Path(sys.executable).with_name("ansible")
+LIGHT = ("bootstrap_probe", "data_disk_probe", "swarmui_probe", "idle_killer_held", "vm_stamp")
+
+
+def run(tmp_path: Path, module: str, args: dict, light: bool, check: bool = False) -> dict:
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env |= {
+        "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"),
+        "ANSIBLE_LIBRARY": str(REPO / "plugins" / "modules"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "plugins" / "module_utils"),
+        "ANSIBLE_ACTION_PLUGINS": str(REPO / "plugins" / "action") if light else "",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+    }
+    argv = [str(ANSIBLE), "localhost", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+            "-m", module, "-a", json.dumps(args), *(["--check"] if check else [])]  # fmt: skip
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    answer = json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return {k: v for k, v in answer.items() if k not in ("invocation", "action") and not k.startswith("_ansible")}
+
+
+def same_both_ways(tmp_path: Path, module: str, args: dict, check: bool = False) -> dict:
+    usual = run(tmp_path, module, args, light=False, check=check)
+    light = run(tmp_path, module, args, light=True, check=check)
+    assert without_free_bytes(light) == without_free_bytes(usual)
+    return light
+
+
+def without_free_bytes(answer: dict) -> dict:
+    """df's free bytes move between two runs on a busy disk; the rest of its lines must not."""
+    if "df_lines" not in answer:
+        return answer
+    return {**answer, "df_lines": [line.split(None, 1)[-1] for line in answer["df_lines"]]}
+
+
+def test_every_light_module_has_its_action_plugin_and_a_spec_at_module_level():
+    for module in LIGHT:
+        plugin = REPO / "plugins" / "action" / f"{module}.py"
+        assert plugin.is_symlink() and plugin.resolve() == REPO / "plugins" / "action" / "gpu_rent_light.py"
+        assert "\nARGUMENT_SPEC = " in (REPO / "plugins" / "modules" / f"{module}.py").read_text()
+    assert (REPO / "playbooks" / "action_plugins").resolve() == REPO / "plugins" / "action"
+
+
+def test_idle_killer_held_reads_files_and_checks_a_stamp_alike(tmp_path):
+    (tmp_path / "words.json").write_text('{"server_id": "s1"}\n')
+    args = {"last_words_file": str(tmp_path / "words.json"), "config_file": str(tmp_path / "absent"),
+            "stamp": {"name": "killer", "inputs": "abc", "dir": str(tmp_path / "stamps")}}  # fmt: skip
+    answer = same_both_ways(tmp_path, "idle_killer_held", args)
+    assert answer["last_words"] and "held" not in answer and answer["stamp"]["fresh"] is False
+
+
+def test_vm_stamp_records_only_outside_check_mode_then_is_fresh_alike(tmp_path):
+    (tmp_path / "file").write_text("one")
+    spec = {"name": "role", "inputs": {"a": 1}, "files": [str(tmp_path / "file")], "dir": str(tmp_path / "stamps")}
+    same_both_ways(tmp_path, "vm_stamp", {**spec, "state": "record"}, check=True)
+    assert not (tmp_path / "stamps").exists()
+    light = run(tmp_path, "vm_stamp", {**spec, "state": "record"}, light=True)
+    assert light == {"changed": False, "fresh": True, "why": ""} and (tmp_path / "stamps" / "role.json").is_file()
+    assert same_both_ways(tmp_path, "vm_stamp", spec)["fresh"] is True
+    (tmp_path / "file").write_text("two")
+    assert same_both_ways(tmp_path, "vm_stamp", spec)["why"] == f"{tmp_path / 'file'} changed"
+
+
+def test_swarmui_probe_reads_a_checkout_alike(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "SwarmUI.csproj").write_text("<Project/>\n")
+    (tmp_path / "Data").mkdir(mode=0o750)
+    (tmp_path / "Data" / "Settings.fds").write_text("Network:\n\tHost: 127.0.0.1\n")
+    answer = same_both_ways(tmp_path, "swarmui_probe", {"dir": str(tmp_path)})
+    assert answer["csproj"] == "<Project/>\n"
+
+
+def test_bootstrap_probe_answers_and_fails_alike(tmp_path):
+    answer = same_both_ways(tmp_path, "bootstrap_probe", {"disk_paths": [str(tmp_path)]})
+    assert answer["df_lines"][0].split() == ["Avail", "Mounted", "on"]
+    assert answer["nvidia_smi"]["rc"] == (127 if shutil.which("nvidia-smi") is None else answer["nvidia_smi"]["rc"])
+    failed = same_both_ways(tmp_path, "bootstrap_probe", {"disk_paths": [str(tmp_path / "absent")]})
+    assert failed["failed"] is True and "absent" in failed["msg"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{}, {"disk_paths": "x", "stamp": {"inputs": "i"}}, {"disk_paths": ["/"], "other": 1}],
+    ids=["required", "suboption", "unknown"],
+)
+def test_bad_arguments_are_refused_in_the_same_words(tmp_path, args):
+    refused = same_both_ways(tmp_path, "bootstrap_probe", args)
+    assert refused["failed"] is True and refused["msg"]
