@@ -1,12 +1,12 @@
 """Run one of this collection's stdlib-only modules on the host without AnsiballZ: one round trip, ~0.05 s.
 
-Not a task of its own: bootstrap_probe, data_disk_probe, swarmui_probe, idle_killer_held and vm_stamp each
-have an action plugin of their name, a symlink to this file (the task's action names the module to run).
+Not a task of its own: bootstrap_probe, data_disk_probe, swarmui_probe, idle_killer_held, vm_stamp and
+vm_command each have an action plugin of their name, a symlink to this file (the task's action names the module to run).
 A module run the usual way costs ~0.2 s over SSH before it does anything: the controller wraps it with
 ansible's module_utils, the host unpacks and compiles them (`ansible.builtin.ping` took 0.20 s, `raw:
 python3 -c pass` 0.04 s on the test ground), and a warm `up` runs these reads on every run. They need
-nothing of ansible on the host but AnsibleModule's params, check_mode, exit_json, fail_json and
-get_bin_path, so:
+nothing of ansible on the host but AnsibleModule's params, check_mode (and its refusal by a module that does
+not support it), exit_json, fail_json and get_bin_path, so:
 
 - the controller validates the task's arguments with ansible's own validator, as AnsibleModule does,
   against the module's ARGUMENT_SPEC (types, defaults, choices, suboptions, the same refusal);
@@ -47,6 +47,8 @@ class AnsibleModule:
     def __init__(self, argument_spec=None, supports_check_mode=False, **_):
         self.params = _PARAMS
         self.check_mode = _CHECK_MODE
+        if self.check_mode and not supports_check_mode:
+            self.exit_json(skipped=True, msg="remote module (%s) does not support check mode" % _NAME)
 
     def exit_json(self, **result):
         _done(result)
@@ -80,9 +82,10 @@ sys.modules["ansible.module_utils.basic"].AnsibleModule = AnsibleModule
 """
 
 
-def payload(module_source: str, utils: dict[str, str], params: dict, check_mode: bool) -> str:
+def payload(name: str, module_source: str, utils: dict[str, str], params: dict, check_mode: bool) -> str:
     """The program the host runs: the stand-in, the module_utils as ansible.module_utils.<name>, the module."""
-    parts = [f"import json\n_PARAMS = json.loads({json.dumps(params)!r})\n_CHECK_MODE = {check_mode!r}", PRELUDE]
+    given = f"import json\n_NAME = {name!r}\n_PARAMS = json.loads({json.dumps(params)!r})\n_CHECK_MODE = {check_mode!r}"
+    parts = [given, PRELUDE]
     for name, source in utils.items():
         parts.append(f"_module({'ansible.module_utils.' + name!r}, {source!r})")
     parts.append(f"exec(compile({module_source!r}, 'module', 'exec'), {{'__name__': '__main__'}})")
@@ -122,7 +125,7 @@ class ActionModule(ActionBase):
             return result
         utils = {u: (PLUGINS / "module_utils" / f"{u}.py").read_text(encoding="utf-8") for u in MODULE_UTILS}
         module_source = (PLUGINS / "modules" / f"{name}.py").read_text(encoding="utf-8")
-        program = payload(module_source, utils, checked.validated_parameters, bool(self._task.check_mode))
+        program = payload(name, module_source, utils, checked.validated_parameters, bool(self._task.check_mode))
         known = task_vars or {}
         python = known.get("ansible_python_interpreter") or known.get("discovered_interpreter_python")
         python = self._templar.template(python or DEFAULT_PYTHON)

@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = Path(sys.executable).with_name("ansible")
-LIGHT = ("bootstrap_probe", "data_disk_probe", "swarmui_probe", "idle_killer_held", "vm_stamp")
+LIGHT = ("bootstrap_probe", "data_disk_probe", "swarmui_probe", "idle_killer_held", "vm_stamp", "vm_command")
 
 
 def run(tmp_path: Path, module: str, args: dict, light: bool, check: bool = False) -> dict:
@@ -98,6 +98,21 @@ def test_bootstrap_probe_answers_and_fails_alike(tmp_path):
     assert answer["nvidia_smi"]["rc"] == (127 if shutil.which("nvidia-smi") is None else answer["nvidia_smi"]["rc"])
     failed = same_both_ways(tmp_path, "bootstrap_probe", {"disk_paths": [str(tmp_path / "absent")]})
     assert failed["failed"] is True and "absent" in failed["msg"]
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_vm_command_answers_as_ansible_builtin_command_does(tmp_path, code):
+    args = {"argv": ["sh", "-c", f"cat; echo said >&2; exit {code}"], "stdin": "a secret"}
+    command = run(tmp_path, "ansible.builtin.command", args, light=False)
+    light = run(tmp_path, "vm_command", args, light=True)
+    assert light == {k: v for k, v in command.items() if k not in ("start", "end", "delta")}
+    assert light["stdout"] == "a secret" and light["rc"] == code and light["changed"] is True
+
+
+def test_vm_command_is_skipped_in_check_mode_as_command_is(tmp_path):
+    args = {"argv": ["touch", str(tmp_path / "made")]}
+    assert run(tmp_path, "vm_command", args, light=True, check=True)["skipped"] is True
+    assert not (tmp_path / "made").exists()
 
 
 @pytest.mark.parametrize(

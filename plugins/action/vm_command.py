@@ -1,0 +1,1 @@
+gpu_rent_light.py
