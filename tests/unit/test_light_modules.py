@@ -22,7 +22,9 @@ ANSIBLE = Path(sys.executable).with_name("ansible")
 LIGHT = ("bootstrap_probe", "data_disk_probe", "swarmui_probe", "idle_killer_held", "vm_stamp", "vm_command")
 
 
-def run(tmp_path: Path, module: str, args: dict, light: bool, check: bool = False) -> dict:
+def run(
+    tmp_path: Path, module: str, args: dict, light: bool, check: bool = False, python: str = sys.executable
+) -> dict:
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env |= {
@@ -34,7 +36,7 @@ def run(tmp_path: Path, module: str, args: dict, light: bool, check: bool = Fals
         "ANSIBLE_STDOUT_CALLBACK": "json",
         "ANSIBLE_LOCALHOST_WARNING": "0",
     }
-    argv = [str(ANSIBLE), "localhost", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+    argv = [str(ANSIBLE), "localhost", "-c", "local", "-e", f"ansible_python_interpreter={python}",
             "-m", module, "-a", json.dumps(args), *(["--check"] if check else [])]  # fmt: skip
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     answer = json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
@@ -123,3 +125,15 @@ def test_vm_command_is_skipped_in_check_mode_as_command_is(tmp_path):
 def test_bad_arguments_are_refused_in_the_same_words(tmp_path, args):
     refused = same_both_ways(tmp_path, "bootstrap_probe", args)
     assert refused["failed"] is True and refused["msg"]
+
+
+def test_vm_wait_for_connection_proves_the_host_python_in_its_last_step(tmp_path):
+    assert run(tmp_path, "vm_wait_for_connection", {"timeout": 10}, light=True) == {"changed": False, "elapsed": 0}
+
+
+def test_vm_wait_for_connection_retries_a_missing_python_until_its_timeout(tmp_path):
+    answer = run(tmp_path, "vm_wait_for_connection", {"timeout": 2}, light=True, python="/nonexistent/python3")
+    assert answer["failed"] is True
+    assert (
+        answer["msg"].startswith("timed out waiting for ping module test") and "/nonexistent/python3" in answer["msg"]
+    )
