@@ -246,13 +246,16 @@ class Rental:
         with self.store.lock("up"):
             state = load_state(self.store, self.say)
             conn = connect(self.settings)
-            view = cloud.observe(conn, self.settings.name)
             extra = extra or {}
             asked = up_head_start.questions(self.settings, bool(extra.get("gpu_rent_reuse_only")))
-            # the playbook's lookup beside the plan: this process has logged in and found the services already
-            items, found = cloud.side_by_side(
-                lambda: plan(self.settings, view, conn), lambda: up_head_start.ask(conn, asked)
-            )
+
+            def observed_and_planned() -> tuple[cloud.CloudView, list[PlanItem]]:
+                view = cloud.observe(conn, self.settings.name)
+                return view, plan(self.settings, view, conn)
+
+            # the playbook's lookup beside the look and the plan: this process has logged in and found the
+            # services already, and the warm restart's server is created as soon as both are done
+            (view, items), found = cloud.side_by_side(observed_and_planned, lambda: up_head_start.ask(conn, asked))
             looked = time.monotonic()
             server = view.server(resource_names(self.settings.name)["server"], state.resources.get("server"))
             address = cloud.our_address(view, server, self.settings.name)
