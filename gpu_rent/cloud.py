@@ -9,7 +9,7 @@ of (state, snapshot) so they are unit-tested without a cloud.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -129,40 +129,87 @@ def side_by_side(*calls: Callable[[], object]) -> list:
 
 
 def _servers(conn, wanted: dict) -> tuple[Server, ...]:
-    servers = []
-    for s in conn.compute.servers(details=True):
-        if s.status == "DELETED":  # listed for a moment after the delete finished
-            continue
-        if TAG not in (s.tags or ()) and s.name != wanted["server"]:
-            continue
-        floating = tuple(
-            a["addr"] for net in (s.addresses or {}).values() for a in net if a.get("OS-EXT-IPS:type") == "floating"
-        )
-        fault = (s.fault or {}).get("message") if s.fault else None
-        flavor = (s.flavor or {}).get("original_name") or (s.flavor or {}).get("name")
-        metadata = tuple(sorted((s.metadata or {}).items()))
-        state = (s.status, s.vm_state, tuple(s.tags or ()), flavor, s.created_at, floating, fault, metadata)
-        servers.append(Server(s.id, s.name, *state, s.updated_at))
-    return tuple(servers)
+    return servers_of((_as_api(s, _SDK_SERVER) for s in conn.compute.servers(details=True)), wanted)
 
 
 def _volumes(conn, wanted: dict) -> tuple[Volume, ...]:
-    return tuple(
-        Volume(v.id, v.name, v.status, v.size, v.availability_zone, (v.metadata or {}).get(TAG))
-        for v in conn.block_storage.volumes(details=True)
-        if v.name in (wanted["boot_volume"], wanted["data_volume"]) or TAG in (v.metadata or {})
-    )
+    return volumes_of((_as_api(v, _SDK_VOLUME) for v in conn.block_storage.volumes(details=True)), wanted)
 
 
 def _floating_ips(conn) -> tuple[FloatingIP, ...]:
-    return tuple(
-        FloatingIP(ip.id, ip.floating_ip_address, ip.port_id, ip.description or "", ip.fixed_ip_address)
-        for ip in conn.network.ips()
-    )
+    return floating_ips_of(_as_api(ip, _SDK_FLOATING_IP) for ip in conn.network.ips())
 
 
 def _snapshots(conn, wanted: dict) -> tuple[str, ...]:
-    return tuple(s.id for s in conn.block_storage.snapshots(details=False) if s.name == wanted["snapshot"])
+    return snapshots_of((_as_api(s, _SDK_SNAPSHOT) for s in conn.block_storage.snapshots(details=False)), wanted)
+
+
+# The API's name of each field the view reads -> openstacksdk's attribute for it. The views are built from the
+# API's JSON by one set of functions: status's plain HTTP read (cloud_http.py) hands them the JSON as it came.
+_SDK_SERVER = {
+    **{name: name for name in ("id", "name", "status", "tags", "flavor", "addresses", "fault", "metadata")},
+    "OS-EXT-STS:vm_state": "vm_state",
+    "created": "created_at",
+    "updated": "updated_at",
+}
+_SDK_VOLUME = {name: name for name in ("id", "name", "status", "size", "availability_zone", "metadata")}
+_SDK_FLOATING_IP = {name: name for name in ("id", "floating_ip_address", "port_id", "description", "fixed_ip_address")}
+_SDK_SNAPSHOT = {name: name for name in ("id", "name")}
+
+
+def _as_api(resource, names: dict[str, str]) -> dict:
+    return {api: getattr(resource, attribute) for api, attribute in names.items()}
+
+
+def servers_of(bodies: Iterable[Mapping], wanted: dict) -> tuple[Server, ...]:
+    """Our servers among Nova's (each as GET /servers/detail gives it): tagged gpu-rent or named ours."""
+    servers = []
+    for s in bodies:
+        if s["status"] == "DELETED":  # listed for a moment after the delete finished
+            continue
+        tags = tuple(s.get("tags") or ())
+        if TAG not in tags and s["name"] != wanted["server"]:
+            continue
+        floating = tuple(
+            a["addr"]
+            for net in (s.get("addresses") or {}).values()
+            for a in net
+            if a.get("OS-EXT-IPS:type") == "floating"
+        )
+        fault = (s.get("fault") or {}).get("message") if s.get("fault") else None
+        flavor = (s.get("flavor") or {}).get("original_name") or (s.get("flavor") or {}).get("name")
+        metadata = tuple(sorted((s.get("metadata") or {}).items()))
+        state = (s["status"], s.get("OS-EXT-STS:vm_state"), tags, flavor, s.get("created"), floating, fault, metadata)
+        servers.append(Server(s["id"], s["name"], *state, s.get("updated")))
+    return tuple(servers)
+
+
+def volumes_of(bodies: Iterable[Mapping], wanted: dict) -> tuple[Volume, ...]:
+    """Our volumes among Cinder's: named ours, or with gpu-rent metadata (another NAME's, a leftover)."""
+    return tuple(
+        Volume(
+            v["id"], v["name"], v["status"], v["size"], v.get("availability_zone"), (v.get("metadata") or {}).get(TAG)
+        )
+        for v in bodies
+        if v["name"] in (wanted["boot_volume"], wanted["data_volume"]) or TAG in (v.get("metadata") or {})
+    )
+
+
+def floating_ips_of(bodies: Iterable[Mapping]) -> tuple[FloatingIP, ...]:
+    return tuple(
+        FloatingIP(
+            ip["id"],
+            ip["floating_ip_address"],
+            ip.get("port_id"),
+            ip.get("description") or "",
+            ip.get("fixed_ip_address"),
+        )
+        for ip in bodies
+    )
+
+
+def snapshots_of(bodies: Iterable[Mapping], wanted: dict) -> tuple[str, ...]:
+    return tuple(s["id"] for s in bodies if s["name"] == wanted["snapshot"])
 
 
 def reconcile(state: State, view: CloudView, prefix: str) -> tuple[Phase, str]:

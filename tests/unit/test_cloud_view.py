@@ -14,6 +14,7 @@ from gpu_rent.cloud import (
     side_by_side,
     stale_ids,
 )
+from gpu_rent.config import resource_names
 from gpu_rent.runner import failure_message, unreachable_message
 from gpu_rent.state import Phase, State
 
@@ -124,3 +125,85 @@ def test_side_by_side_runs_the_calls_at_once_keeps_their_order_and_raises_the_fi
 
     with pytest.raises(PermissionError, match="refused"):
         side_by_side(lambda: 1, refused)
+
+
+# Nova's GET /servers/detail at microversion 2.100, as the test ground answers it (trimmed to what matters)
+NOVA_SERVER = {
+    "id": "a222a93e",
+    "name": "gpu-rent",
+    "status": "ACTIVE",
+    "OS-EXT-STS:vm_state": "active",
+    "OS-EXT-STS:task_state": None,
+    "tags": ["gpu-rent", "preemptible"],
+    "flavor": {"vcpus": 8, "ram": 32768, "original_name": "gpu.l4.1", "extra_specs": {"gpu:count": "1"}},
+    "created": "2026-12-06T00:41:01Z",
+    "updated": "2026-12-06T00:41:10Z",
+    "addresses": {
+        "gpu-rent-net-ru-7a": [
+            {"version": 4, "addr": "192.168.77.5", "OS-EXT-IPS:type": "fixed"},
+            {"version": 4, "addr": "10.231.7.21", "OS-EXT-IPS:type": "floating"},
+        ]
+    },
+    "metadata": {"gpu-rent": "gpu-rent", "a": "1"},
+    "OS-EXT-AZ:availability_zone": "ru-7a",
+}
+
+
+def test_nova_s_json_becomes_the_server_the_view_holds():
+    from gpu_rent.cloud import Server, servers_of
+
+    faulted = {**NOVA_SERVER, "id": "b1", "status": "ERROR", "fault": {"code": 500, "message": "No valid host"}}
+    (ours, failed) = servers_of([NOVA_SERVER, faulted], resource_names("gpu-rent"))
+    assert ours == Server(
+        "a222a93e", "gpu-rent", "ACTIVE", "active", ("gpu-rent", "preemptible"), "gpu.l4.1", "2026-12-06T00:41:01Z",
+        ("10.231.7.21",), None, (("a", "1"), ("gpu-rent", "gpu-rent")), "2026-12-06T00:41:10Z",
+    )  # fmt: skip
+    assert failed.fault == "No valid host"
+
+
+def test_only_our_live_servers_are_kept_a_lost_tag_does_not_hide_ours():
+    from gpu_rent.cloud import servers_of
+
+    untagged_ours = {**NOVA_SERVER, "id": "s2", "tags": []}
+    deleted = {**NOVA_SERVER, "id": "s3", "status": "DELETED"}
+    foreign = {**NOVA_SERVER, "id": "s4", "name": "web", "tags": []}
+    tagged_other = {**NOVA_SERVER, "id": "s5", "name": "other"}
+    kept = servers_of([untagged_ours, deleted, foreign, tagged_other], resource_names("gpu-rent"))
+    assert [s.id for s in kept] == ["s2", "s5"]
+
+
+def test_cinder_and_neutron_json_become_volumes_floating_ips_and_the_snapshot():
+    from gpu_rent.cloud import FloatingIP, Volume, floating_ips_of, snapshots_of, volumes_of
+
+    wanted = resource_names("gpu-rent")
+    volumes = [
+        {"id": "v1", "name": "gpu-rent-data", "status": "in-use", "size": 4, "availability_zone": "ru-7a",
+         "metadata": {"gpu-rent": "data"}, "bootable": "false"},
+        {"id": "v2", "name": "old-boot", "status": "available", "size": 10, "availability_zone": "ru-7b",
+         "metadata": {"gpu-rent": "boot"}},
+        {"id": "v3", "name": "unrelated", "status": "available", "size": 1, "availability_zone": "ru-7a",
+         "metadata": {}},
+    ]  # fmt: skip
+    assert volumes_of(volumes, wanted) == (
+        Volume("v1", "gpu-rent-data", "in-use", 4, "ru-7a", "data"),
+        Volume("v2", "old-boot", "available", 10, "ru-7b", "boot"),
+    )
+    ips = [
+        {"id": "f1", "floating_ip_address": "10.231.7.21", "port_id": "p1", "fixed_ip_address": "192.168.77.5",
+         "description": "gpu-rent gpu-rent", "status": "DOWN"},
+        {"id": "f2", "floating_ip_address": "10.231.7.22", "port_id": None, "fixed_ip_address": None,
+         "description": None},
+    ]  # fmt: skip
+    assert floating_ips_of(ips) == (
+        FloatingIP("f1", "10.231.7.21", "p1", "gpu-rent gpu-rent", "192.168.77.5"),
+        FloatingIP("f2", "10.231.7.22", None, "", None),
+    )
+    snapshots = [{"id": "n1", "name": "gpu-rent-boot-ok", "status": "available"}, {"id": "n2", "name": "x-boot-ok"}]
+    assert snapshots_of(snapshots, wanted) == ("n1",)
+
+
+def test_json_without_a_field_every_item_has_is_refused_not_guessed():
+    from gpu_rent.cloud import servers_of
+
+    with pytest.raises(KeyError):
+        servers_of([{k: v for k, v in NOVA_SERVER.items() if k != "status"}], resource_names("gpu-rent"))
