@@ -22,9 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
-import openstack.exceptions
 import typer
-from keystoneauth1 import exceptions as ksa_exceptions
 from rich.markup import escape
 
 from gpu_rent import __version__, cloud, config, killer_view, llm_models
@@ -112,7 +110,7 @@ def _fail(e: Exception) -> typer.Exit:
     if isinstance(e, CloudUnreachable):
         error(str(e))
         return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
-    if isinstance(e, CLOUD_ERRORS):
+    if isinstance(e, cloud_errors()):
         error(f"the cloud refused or failed a request: {' '.join(str(e).split())[:400]}")
         return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
     if isinstance(e, OperationFailed):
@@ -125,8 +123,15 @@ def _fail(e: Exception) -> typer.Exit:
     return typer.Exit(ExitCode.FAILED)
 
 
-# what the cloud or keystoneauth raise after a successful login: one line, never a traceback
-CLOUD_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
+def cloud_errors() -> tuple[type[Exception], ...]:
+    """What the cloud or keystoneauth raise after a successful login: one line, never a traceback.
+
+    Only of the libraries this process loaded: one never imported raised nothing, and importing openstacksdk for
+    its exception classes alone would cost a command that never needs it a third of a second.
+    """
+    loaded = (("openstack.exceptions", "SDKException"), ("keystoneauth1.exceptions", "ClientException"))
+    found = (getattr(sys.modules.get(module), name, None) for module, name in loaded)
+    return tuple(error for error in found if error is not None)
 
 
 def _transfer_errors() -> tuple[type[Exception], ...]:
@@ -136,7 +141,11 @@ def _transfer_errors() -> tuple[type[Exception], ...]:
 
 # up reads the idle-killer's status once it has looked, beside the rest of the run; older than this, read again
 KILLER_READ_FRESH_SECONDS = 20
-HANDLED = (config.ConfigError, StateError, CloudUnreachable, OperationFailed, *CLOUD_ERRORS, OSError)
+
+
+def handled() -> tuple[type[Exception], ...]:
+    """The failures a command reports in one line and an exit code (_fail), not with a traceback."""
+    return (config.ConfigError, StateError, CloudUnreachable, OperationFailed, *cloud_errors(), OSError)
 
 
 def _rental(settings: config.Settings) -> Rental:
@@ -309,7 +318,7 @@ def setup(
         else:
             checked = _ask_setup(given)
             written = setup_wizard.write(checked)
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     a = checked.answers
     who = a.cloud if a.cloud else checked.auth.describe()
@@ -378,7 +387,7 @@ def up(
     rental.killer_looked = read_killer
     try:
         state, result = rental.up(confirm, {"vm_stamp_redo": True} if full else None)
-    except HANDLED as e:
+    except handled() as e:
         if reading:
             killer_view.abandon(reading[0])
         if not (isinstance(e, OperationFailed) and e.canceled):
@@ -453,7 +462,7 @@ def stop(
         note(f"tunnel closed (pid {closed['pid']})")
     try:
         state = _rental(settings).stop()
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     kept = ", ".join(f"{k} {v}" for k, v in state.resources.items() if k in ("boot_volume", "data_volume"))
     console.print(f"[green]stopped[/]: no server is billing; kept {kept or 'no volumes'}")
@@ -464,7 +473,7 @@ def _wait_for_the_lock(settings: config.Settings, command: str) -> None:
     try:
         with StateStore(settings.project_dir).lock(command):
             pass
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
 
 
@@ -485,7 +494,7 @@ def _pull_before_stop(settings: config.Settings) -> None:
     except (vm_ssh.SshError, sync.SyncError) as e:
         note(f"outputs not pulled ({e}); stopping anyway")
         return
-    except HANDLED:
+    except handled():
         return  # the stop itself says what is wrong with the cloud
     if result.files_sent:
         console.print(f"pulled to {files.output_dir(settings)}: {files.summary(result)}")
@@ -498,7 +507,7 @@ def _seed(part: str, project: Path, update: bool = False) -> None:
         return
     try:
         _rental(settings).seed(part, update)
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     count = len(settings.seed[part])
     console.print(f"[green]seeded[/] {part}: {count} entr{'y' if count == 1 else 'ies'} of seed.yml in place")
@@ -536,7 +545,7 @@ def seed_llm(project: ProjectOption = Path(".")) -> None:
     settings = _settings(project)
     try:
         _rental(settings).seed_llm()
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     count = len(settings.llm_models)
     runtime = llm_models.NAMES[settings.llm_runtime]
@@ -570,7 +579,7 @@ def hold(
     try:
         end = hold_until(time.time(), settings.idle_minutes, minutes, until, clear)
         _rental(settings).hold(end)
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     if end is None:
         console.print("[green]hold cleared[/]: the idle-killer counts as usual")
@@ -591,7 +600,7 @@ def resize_data(
     settings = _settings(project)
     try:
         _, before = _rental(settings).resize_data(gb)
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     if before == gb:
         console.print(f"the data volume is already {gb} GB: nothing to do")
@@ -623,7 +632,7 @@ def destroy(
     watchdog.close_background(settings)
     try:
         _rental(settings).destroy()
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     console.print("[green]destroyed[/]: nothing of this project is left in the cloud")
 
@@ -637,7 +646,7 @@ def status(
     settings = _settings(project)
     try:
         report = status_report(settings, say=note)
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     if as_json:
         console.print_json(json.dumps(report.to_json()))
@@ -687,7 +696,7 @@ def _run_session(settings: config.Settings, watch_seconds: float, forward: bool,
     except watchdog.SessionEnded as e:
         error(str(e))
         raise typer.Exit(e.code) from None
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     raise typer.Exit(code)
 
@@ -736,7 +745,7 @@ def push(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -
     try:
         with StateStore(settings.project_dir).lock("push"), transfer_progress("pushing") as show:
             result = files.push(settings, target, checksum, show)
-    except (*HANDLED, *_transfer_errors()) as e:
+    except (*handled(), *_transfer_errors()) as e:
         raise _fail(e) from None
     for missing in result.missing:
         note(f"{missing}: no such folder here, skipped")
@@ -751,7 +760,7 @@ def pull_output(project: ProjectOption = Path("."), checksum: ChecksumOption = F
     try:
         with transfer_progress("pulling Output") as show:
             result = files.pull_output(settings, target, checksum, show)
-    except (*HANDLED, *_transfer_errors()) as e:
+    except (*handled(), *_transfer_errors()) as e:
         raise _fail(e) from None
     if result.missing:
         note("the VM has no Output folder yet: nothing generated")
@@ -835,7 +844,7 @@ def doctor(project: ProjectOption = Path(".")) -> None:
     settings = _settings(project)
     try:
         checks = doctor_checks(settings)
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     for check in checks:
         mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
@@ -853,7 +862,7 @@ def dry_run(project: ProjectOption = Path(".")) -> None:
         conn = connect(settings)
         view = cloud.observe(conn, settings.name)
         items = plan(settings, view, conn)
-    except HANDLED as e:
+    except handled() as e:
         raise _fail(e) from None
     _print_plan(items)
     state = load_state(StateStore(settings.project_dir), note)

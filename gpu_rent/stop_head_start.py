@@ -9,9 +9,6 @@ deleting), waits until it is gone and deletes the address and the killer's crede
 
 from __future__ import annotations
 
-from keystoneauth1 import exceptions as ksa_exceptions
-from openstack import exceptions as sdk_exceptions
-
 from gpu_rent.cloud import TAG
 
 
@@ -26,6 +23,10 @@ def ask_for_delete(conn, server_id: str, name: str) -> bool:
     server name and gpu-rent's (an id a copied project folder carries names another project's server only
     with that project's NAME). True once Nova took it; any refusal or doubt is left to the playbook, which
     looks again and says it in its own words."""
+    # here, not at the top: status imports rental, which imports this module, and never loads the SDK itself
+    from keystoneauth1 import exceptions as ksa_exceptions
+    from openstack import exceptions as sdk_exceptions
+
     try:
         server = conn.compute.find_server(server_id, ignore_missing=True)
         if server is None or server.id != server_id or server.name != name or server.status == "DELETED":

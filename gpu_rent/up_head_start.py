@@ -17,8 +17,6 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from openstack import exceptions as sdk_exceptions
-
 from gpu_rent.atomic import write_atomically
 from gpu_rent.config import Settings, resource_names
 
@@ -75,6 +73,9 @@ def ask(conn, asked: dict) -> dict:
 def start(conn, asked: dict, found: dict, handover: Path) -> dict:
     """The warm restart's server asked for when the answers allow it (the module's `early`), and the whole
     answer written to handover for up.yml."""
+    # here, not at the top: status imports rental, which imports this module, and never loads the SDK itself
+    from openstack import exceptions as sdk_exceptions
+
     early = _shared("gpu_rent_warm_start").start(conn, found, asked, sdk_exceptions)
     found = {**found, "early": json.loads(json.dumps(early, default=str))}
     write_atomically(handover, json.dumps(found))

@@ -94,6 +94,18 @@ def test_an_unreachable_cloud_is_the_only_line(project, command):
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the cloud"), result.output
 
 
+def test_the_cli_s_modules_load_no_sdk_until_a_command_uses_it():
+    """openstacksdk's import alone is a third of a second (keystoneauth and requests with it): what the CLI imports
+    to start must not load them, or status pays it even when it reads the cloud without them."""
+    code = (
+        "import sys, gpu_rent.cli, gpu_rent.report, gpu_rent.rental; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'openstack', 'keystoneauth1', 'requests'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize(
     ("args", "line"),
     [
