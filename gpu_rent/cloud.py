@@ -1,9 +1,10 @@
 """What the cloud really has, and what the state should say about it.
 
-Read-only: status, reconcile and doctor look at the cloud through openstacksdk;
-playbooks change it (up_head_start.py and stop_head_start.py start their work).
-`observe` gathers one snapshot; `reconcile` and `leftovers` are pure functions
-of (state, snapshot) so they are unit-tested without a cloud.
+Read-only: status, reconcile and doctor look at the cloud through openstacksdk
+(status, most often, over plain HTTP: cloud_http.py, with the same JSON-to-view
+functions here); playbooks change it (up_head_start.py and stop_head_start.py
+start their work). `observe` gathers one snapshot; `reconcile` and `leftovers`
+are pure functions of (state, snapshot) so they are unit-tested without a cloud.
 """
 
 from __future__ import annotations
