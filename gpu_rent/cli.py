@@ -25,7 +25,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gpu_rent import __version__, cloud, config, killer_view, llm_models
+from gpu_rent import __version__, cloud, cloud_route, config, killer_view, llm_models
 from gpu_rent.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.hold import hold_until
 from gpu_rent.lazy import lazy
@@ -91,9 +91,9 @@ def main_callback(
     """Rent a preemptible OpenStack GPU VM for SwarmUI; it deletes itself when idle, the disks stay."""
 
 
-def _settings(project: Path) -> config.Settings:
+def _settings(project: Path, known_cloud: config.KnownCloud | None = None) -> config.Settings:
     try:
-        return config.load(project)
+        return config.load(project, known_cloud=known_cloud)
     except config.ConfigError as e:
         error(str(e))
         raise typer.Exit(ExitCode.BAD_INPUT) from None
@@ -643,7 +643,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """Ask the cloud (never only the local state): phase, server, address, volumes, cost, leftovers."""
-    settings = _settings(project)
+    # a configuration unchanged since a status read the cloud through openstacksdk is not checked by it again
+    settings = _settings(project, known_cloud=cloud_route.fits)
     try:
         report = status_report(settings, say=note)
     except handled() as e:

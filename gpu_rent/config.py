@@ -603,12 +603,20 @@ def _source(key: str, file_env: dict[str, str] | None) -> str:
     return ENV_FILE if file_env is not None and key in file_env else "environment"
 
 
-def _cloud_auth(env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path) -> CloudAuth:
+# (auth, project_dir) -> openstacksdk resolved this very auth before, and nothing it reads has changed since
+KnownCloud = Callable[[CloudAuth, Path], bool]
+
+
+def _cloud_auth(
+    env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path, known: KnownCloud | None = None
+) -> CloudAuth:
     if env.get("OS_CLOUD"):
-        return _named_cloud(env, file_env, project_dir)
+        return _named_cloud(env, file_env, project_dir, known)
     if env.get("OS_AUTH_URL"):
         options = {k[3:].lower(): v for k, v in env.items() if k.startswith("OS_") and k not in _CLOUD_SELECTORS}
         auth = CloudAuth(options=tuple(sorted(options.items())))
+        if known is not None and known(auth, project_dir):
+            return auth
         try:
             auth.region()
         except _config_errors() as exc:
@@ -621,7 +629,9 @@ def _cloud_auth(env: dict[str, str], file_env: dict[str, str] | None, project_di
     )
 
 
-def _named_cloud(env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path) -> CloudAuth:
+def _named_cloud(
+    env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path, known: KnownCloud | None = None
+) -> CloudAuth:
     name = env["OS_CLOUD"]
     config_file = None
     if env.get("OS_CLIENT_CONFIG_FILE"):
@@ -635,6 +645,8 @@ def _named_cloud(env: dict[str, str], file_env: dict[str, str] | None, project_d
             )
     overrides = {option: env[var] for var, option in _CLOUD_OVERRIDES.items() if env.get(var)}
     auth = CloudAuth(cloud=name, config_file=config_file, options=tuple(sorted(overrides.items())))
+    if known is not None and known(auth, project_dir):
+        return auth
     where = _source("OS_CLOUD", file_env)
     try:
         config = auth.openstack_config()
@@ -819,10 +831,12 @@ def resource_names(prefix: str) -> dict[str, str]:
     }
 
 
-def load(project_dir: Path, *, with_cloud: bool = True) -> Settings:
+def load(project_dir: Path, *, with_cloud: bool = True, known_cloud: KnownCloud | None = None) -> Settings:
     """Read and check `<project_dir>/gpu-rent.vars` and `.env`; raise ConfigError on the first problem.
 
     with_cloud=False skips resolving the cloud auth: the vars plugin gets it from the CLI's auth file.
+    known_cloud(auth, project_dir) true: openstacksdk resolved this very auth before, from files unchanged since
+    (status's kept route, cloud_route.fits), so it is not loaded to check it again.
     """
     from gpu_rent import seed_list  # it reports through this module's ConfigError
 
@@ -835,7 +849,7 @@ def load(project_dir: Path, *, with_cloud: bool = True) -> Settings:
     file_env = _read_env(project_dir)
     if with_cloud:
         env = _merged_env(file_env, os.environ)
-        cloud = _cloud_auth(env, file_env, project_dir)
+        cloud = _cloud_auth(env, file_env, project_dir, known_cloud)
     else:
         env = {**{k: v for k, v in os.environ.items() if k in ENV_KEYS}, **(file_env or {})}
         cloud = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 
-from gpu_rent import cloud, killer_view, stopped_bill, swarmui_versions, tunnel_record, vm_end
+from gpu_rent import cloud, cloud_http, cloud_route, killer_view, stopped_bill, swarmui_versions, tunnel_record, vm_end
 from gpu_rent.config import ConfigError, Settings, resource_names
 from gpu_rent.rental import connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
@@ -136,8 +136,7 @@ def _killer_read(settings: Settings, address: str | None, boot_volume: str | Non
 
 
 def _status_report(settings: Settings, say: Callable[[str], None], store: StateStore, state, early) -> StatusReport:
-    conn = connect(settings)
-    view = cloud.observe(conn, settings.name)
+    conn, view, where = _look(settings)
     names = resource_names(settings.name)
     # status writes only what the cloud proves, and only when no other command is running
     tunnel = tunnel_record.read_record(settings)
@@ -147,7 +146,7 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         server = view.server(names["server"], state.resources.get("server"))
         stale = cloud.stale_ids(state, view)
         if "server" in stale:  # gone, and not by gpu-rent stop (which forgets it): tell how, once
-            vm_end.settle(settings.runtime_dir, conn, state.resources["server"])
+            vm_end.settle(settings.runtime_dir, conn or connect(settings), state.resources["server"])
         if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
             state.move_to(phase, f"reconciled by status: {why}")
             for key in stale:
@@ -176,7 +175,7 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
             vm_end.write(settings.runtime_dir, vm_end.SEEN_FILE, killer_status)
     return StatusReport(
         project=str(settings.project_dir),
-        cloud=settings.cloud.describe(),
+        cloud=where,
         phase=phase,
         phase_note=why,
         server=server,
@@ -195,6 +194,20 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         last_end=None if server else vm_end.read(settings.runtime_dir, vm_end.END_FILE),
         stopped_bill=stopped_bill.for_server(settings, view, server, address) if server else None,
     )
+
+
+def _look(settings: Settings) -> tuple[object | None, cloud.CloudView, str]:
+    """(openstacksdk's connection if it was needed, the view, the cloud's description). Over plain HTTP along the
+    route a status kept (no SDK loaded: most of status's time), else through the SDK, which keeps the route."""
+    route = cloud_route.load(settings.cloud, settings.runtime_dir)
+    view = cloud_http.observe(route, settings.name) if route is not None else None
+    if view is not None:
+        return None, view, route.cloud
+    conn = connect(settings)
+    view = cloud.observe(conn, settings.name)
+    where = settings.cloud.describe()
+    cloud_route.keep(conn, settings.cloud, where, settings.runtime_dir)
+    return conn, view, where
 
 
 def _with_tunnel(phase: Phase, why: str, tunnel: dict | None) -> tuple[Phase, str]:

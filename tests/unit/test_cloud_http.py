@@ -1,18 +1,21 @@
 """status over plain HTTP: the four lists read along a kept route, page after page, into the view openstacksdk's read
-gives; anything unexpected is None (the SDK path then answers).
+gives; anything unexpected is None (the SDK path then answers), and a status that needs no SDK never loads it.
 
 The cloud here is a stand-in on loopback that answers as Nova, Cinder and Neutron do (their JSON, their links); the
 ground test (tests/ground/test_rental.py) holds the HTTP view against the SDK's on a real cloud.
 """
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
-from gpu_rent import cloud_http, cloud_route
+from gpu_rent import cloud_http, cloud_route, config
 from gpu_rent.cloud import FloatingIP, Volume
 from gpu_rent.cloud_route import Call, Route
 from tests.unit.test_cloud_view import NOVA_SERVER
@@ -167,3 +170,40 @@ def test_a_cloud_that_does_not_answer_is_none():
     dead = Route({name: Call("http://127.0.0.1:9/v1", "/x", {}, "x") for name in cloud_route.CALLS}, TOKEN,
                  time.time() + 3600, True, None, "dead")  # fmt: skip
     assert cloud_http.observe(dead, "gpu-rent") is None
+
+
+# ---------------------------------------------------------------------------------------------- gpu-rent status
+
+
+def status(project: Path) -> subprocess.CompletedProcess:
+    """gpu-rent status --json in a fresh python, its imports logged (-X importtime)."""
+    argv = [sys.executable, "-X", "importtime", "-m", "gpu_rent", "status", "--json", "-p", str(project)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def keep_route(project: Path, route: Route) -> None:
+    auth = config.load(project).cloud
+    (project / ".gpu-rent").mkdir(exist_ok=True)
+    cloud_route.write(route, auth, cloud_route.candidate_files(auth), project / ".gpu-rent" / cloud_route.FILE)
+
+
+def test_status_along_a_kept_route_loads_no_sdk_and_says_what_the_cloud_has(dead_cloud_project, standin):
+    a_cloud(standin)
+    keep_route(dead_cloud_project, route_to(standin))
+    result = status(dead_cloud_project)
+    assert result.returncode == 0, result.stderr
+    said = json.loads(result.stdout)
+    assert said["cloud"] == 'cloud "test" (stand-in), project p'
+    assert said["server"]["id"] == "a222a93e" and said["floating_ip"] == "10.231.7.21"
+    assert [x["id"] for x in said["leftovers"]] == ["s2", "f2"]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+    assert "gpu_rent" in imported and not imported & {"openstack", "keystoneauth1", "requests"}
+
+
+def test_status_with_a_route_at_its_end_goes_through_the_sdk_and_says_it_as_before(dead_cloud_project, standin):
+    a_cloud(standin)
+    keep_route(dead_cloud_project, route_to(standin, expires_in=60))
+    result = status(dead_cloud_project)
+    assert result.returncode == 4 and standin.requests == []
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(lines) == 1 and lines[0].startswith('error: cannot reach the cloud (cloud "test"'), result.stderr
