@@ -23,11 +23,13 @@ import sys
 import time
 import urllib.request
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from websockets.sync.client import connect as ws_connect
 
+from gpu_rent import cloud, cloud_http, cloud_route, config
 from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, killer_credentials, ssh, wait_for_ssh, wait_until
 from tests.loopback_sshd import free_port
 
@@ -315,6 +317,76 @@ def test_up_opens_the_tunnel_to_swarmui_on_the_vm_and_websockets_pass(life):
     shown = gpu_rent(project, "status")
     assert f"tunnel    {record['url']} forwarding" in shown.stdout and "phase     ready_tunneled" in shown.stdout
     assert status(project)["tunnel"]["pid"] == record["pid"]
+
+
+def status_imports(project: Path) -> tuple[dict, set[str]]:
+    """gpu-rent status --json, and the top-level packages its process imported (PYTHONPROFILEIMPORTTIME)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    result = subprocess.run([str(BIN / "gpu-rent"), "status", "--json"], cwd=project, capture_output=True, text=True,
+                            env=env | {"PYTHONPROFILEIMPORTTIME": "1"}, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
+    return json.loads(result.stdout), {line.split("|")[-1].strip().split(".")[0] for line in lines}
+
+
+def timeless(said: dict) -> dict:
+    """status --json but the minutes alive, which two runs a second apart may round differently."""
+    return {k: v for k, v in said.items() if k != "minutes_alive"}
+
+
+def test_status_over_plain_http_sees_and_says_what_it_says_through_the_sdk(life, monkeypatch):
+    """status's fast path (cloud_http, along the route a status through openstacksdk kept) reads the same view and
+    says the same; a changed byte in the project's clouds.yaml sends it through the SDK, which keeps a new route."""
+    project, ours = life
+    route_file = project / ".gpu-rent" / cloud_route.FILE
+    env_file, clouds = project / ".env", project / "clouds.yaml"  # the project's own copy: the ground's is shared
+    dotenv = env_file.read_text()
+    for var in [v for v in os.environ if v.startswith(("OS_", "GPU_RENT_"))]:  # config.load as gpu-rent (above) sees it
+        monkeypatch.delenv(var)
+    try:
+        shutil.copy(CLOUDS_YAML, clouds)
+        env_file.write_text(re.sub(r"^OS_CLIENT_CONFIG_FILE=.*", f"OS_CLIENT_CONFIG_FILE={clouds}", dotenv, flags=re.M))
+        said, imported = status_imports(project)  # another clouds.yaml: a miss, so through the SDK
+        assert "openstack" in imported and said["server"]["status"] == "ACTIVE" and said["floating_ip"]
+        kept = json.loads(route_file.read_text())
+        said, imported = status_imports(project)
+        assert not imported & {"openstack", "keystoneauth1", "requests"}, imported
+        assert json.loads(route_file.read_text())["salt"] == kept["salt"]  # read along it, not rewritten
+
+        # the view: the SDK's before and after the plain one, until nothing changed between them (a shared ground)
+        monkeypatch.chdir(project)  # the route is the working folder's too, and gpu-rent ran in the project
+        settings = config.load(project)
+        route = cloud_route.load(settings.cloud, settings.runtime_dir)
+        assert route is not None and route.cloud == said["cloud"]
+        for _ in range(3):
+            before = cloud.observe(ours.conn, settings.name)
+            fast = cloud_http.observe(route, settings.name)
+            after = cloud.observe(ours.conn, settings.name)
+            if before == replace(after, taken_at=before.taken_at):
+                break
+        assert fast == replace(before, taken_at=fast.taken_at)
+        assert fast.server(settings.name).addresses == (said["floating_ip"],)
+
+        # status's words: along the route, then without it (through the SDK), then along the new one
+        for _ in range(3):
+            along, _ = status_imports(project)
+            route_file.unlink()
+            through, imported = status_imports(project)
+            assert "openstack" in imported and route_file.exists()
+            again, imported = status_imports(project)
+            assert "openstack" not in imported
+            if timeless(along) == timeless(again):  # the killer's minute did not turn in between
+                break
+        assert timeless(through) == timeless(along)
+        assert abs(through["minutes_alive"] - along["minutes_alive"]) < 1
+
+        salt = json.loads(route_file.read_text())["salt"]
+        clouds.write_text(clouds.read_text().replace("clouds:", "clouds: ", 1))  # one byte more, the same clouds
+        said, imported = status_imports(project)
+        assert "openstack" in imported and json.loads(route_file.read_text())["salt"] != salt
+    finally:
+        env_file.write_text(dotenv)
+        clouds.unlink(missing_ok=True)
 
 
 def test_a_killed_tunnel_connection_reconnects_and_requests_work_again(life):
