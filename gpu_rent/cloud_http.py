@@ -34,13 +34,12 @@ def observe(route: Route, prefix: str) -> cloud.CloudView | None:
     """cloud.observe's view, read along route; None when anything is not as expected."""
     wanted = resource_names(prefix)
     try:
-        opener = _opener(route)
         calls = route.calls
         servers, volumes, ips, snapshots = cloud.side_by_side(
-            lambda: _listed(opener, route, calls["servers"]),
-            lambda: _listed(opener, route, calls["volumes"]),
-            lambda: _listed(opener, route, calls["floating_ips"]),
-            lambda: _listed(opener, route, calls["snapshots"]),
+            lambda: _listed(route, calls["servers"]),
+            lambda: _listed(route, calls["volumes"]),
+            lambda: _listed(route, calls["floating_ips"]),
+            lambda: _listed(route, calls["snapshots"]),
         )
         return cloud.CloudView(
             cloud.servers_of(servers, wanted),
@@ -59,9 +58,10 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _opener(route: Route) -> urllib.request.OpenerDirector:
-    # proxies come from the environment as requests (under the SDK) takes them: urllib.request's getproxies
-    handlers: list[urllib.request.BaseHandler] = [_NoRedirect()]
+def _opener(route: Route, call: Call) -> urllib.request.OpenerDirector:
+    # the proxies requests (under the SDK) chose for this endpoint, kept in the route: urllib's own reading of
+    # the environment differs (its no_proxy knows no CIDR ranges) and could send the token through a proxy
+    handlers: list[urllib.request.BaseHandler] = [_NoRedirect(), urllib.request.ProxyHandler(call.proxies)]
     if any(c.endpoint.startswith("https:") for c in route.calls.values()):
         handlers.append(urllib.request.HTTPSHandler(context=_tls(route)))
     return urllib.request.build_opener(*handlers)
@@ -86,8 +86,9 @@ def _tls(route: Route) -> ssl.SSLContext:
     return context
 
 
-def _listed(opener: urllib.request.OpenerDirector, route: Route, call: Call) -> list:
+def _listed(route: Route, call: Call) -> list:
     """Every item of one list, page after page as the SDK's Resource.list follows them."""
+    opener = _opener(route, call)
     items: list = []
     url: str | None = _joined(call.endpoint, call.path)
     for _ in range(MAX_PAGES):

@@ -52,6 +52,8 @@ ENVIRON = (
     "XDG_CONFIG_DIRS",
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
+    # the proxies requests chose for each endpoint are kept in the route: a change of them must be a miss too
+    *(name for proxy in ("http_proxy", "https_proxy", "all_proxy", "no_proxy") for name in (proxy, proxy.upper())),
 )
 
 
@@ -63,6 +65,7 @@ class Call:
     path: str
     headers: dict[str, str]
     key: str
+    proxies: dict[str, str]  # as requests (under the SDK) chose them for the endpoint; empty: straight there
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def candidate_files(auth: CloudAuth) -> list[str]:
 def build(conn, cloud: str) -> Route:
     """The route of a connection that has just listed through the SDK (its microversions are negotiated)."""
     from keystoneauth1.session import Session  # the SDK's own rule for a microversion's headers
-    from requests.utils import DEFAULT_CA_BUNDLE_PATH
+    from requests.utils import DEFAULT_CA_BUNDLE_PATH, get_environ_proxies
 
     calls = {}
     for name, (proxy_name, resource, details) in CALLS.items():
@@ -103,7 +106,10 @@ def build(conn, cloud: str) -> Route:
         if microversion:
             Session._set_microversion_headers(headers, microversion, proxy.service_type, None)
         path = f"{cls.base_path}/detail" if details else cls.base_path
-        calls[name] = Call(proxy.get_endpoint(), path, headers, cls.resources_key)
+        endpoint = proxy.get_endpoint()
+        # no_proxy as requests reads it (CIDR ranges too, which urllib does not know): the token goes where
+        # the SDK's requests would have sent it, never through a proxy it would have passed by
+        calls[name] = Call(endpoint, path, headers, cls.resources_key, dict(get_environ_proxies(endpoint)))
     session = conn.session
     # requests trusts REQUESTS_CA_BUNDLE over verify=True, then certifi's bundle: the CA file it really used
     verify = session.session.merge_environment_settings(calls["servers"].endpoint, {}, False, session.verify, None)

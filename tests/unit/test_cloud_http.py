@@ -65,14 +65,17 @@ def standin():
     s.server.server_close()
 
 
-def route_to(standin: StandIn, expires_in: float = 3600) -> Route:
+def route_to(standin: StandIn, expires_in: float = 3600, url: str = "", proxies: dict | None = None) -> Route:
+    """A route to the stand-in (or to url, through the proxies)."""
+    url = url or standin.url
     nova = {"OpenStack-API-Version": "compute 2.100", "X-OpenStack-Nova-API-Version": "2.100"}
     volumes, snapshots = {"OpenStack-API-Version": "volume 3.71"}, {"OpenStack-API-Version": "volume 3.65"}
+    via = proxies or {}
     calls = {
-        "servers": Call(f"{standin.url}/compute/v2.1", "/servers/detail", nova, "servers"),
-        "volumes": Call(f"{standin.url}/volume/v3/", "/volumes/detail", volumes, "volumes"),
-        "floating_ips": Call(f"{standin.url}/network/v2.0", "/floatingips", {}, "floatingips"),
-        "snapshots": Call(f"{standin.url}/volume/v3", "/snapshots", snapshots, "snapshots"),
+        "servers": Call(f"{url}/compute/v2.1", "/servers/detail", nova, "servers", via),
+        "volumes": Call(f"{url}/volume/v3/", "/volumes/detail", volumes, "volumes", via),
+        "floating_ips": Call(f"{url}/network/v2.0", "/floatingips", {}, "floatingips", via),
+        "snapshots": Call(f"{url}/volume/v3", "/snapshots", snapshots, "snapshots", via),
     }
     return Route(calls, TOKEN, float(int(time.time() + expires_in)), True, None, 'cloud "test" (stand-in), project p')
 
@@ -167,7 +170,7 @@ def test_the_token_never_follows_a_redirect_or_a_link_to_another_host(standin):
 
 
 def test_a_cloud_that_does_not_answer_is_none():
-    dead = Route({name: Call("http://127.0.0.1:9/v1", "/x", {}, "x") for name in cloud_route.CALLS}, TOKEN,
+    dead = Route({name: Call("http://127.0.0.1:9/v1", "/x", {}, "x", {}) for name in cloud_route.CALLS}, TOKEN,
                  time.time() + 3600, True, None, "dead")  # fmt: skip
     assert cloud_http.observe(dead, "gpu-rent") is None
 
@@ -207,3 +210,24 @@ def test_status_with_a_route_at_its_end_goes_through_the_sdk_and_says_it_as_befo
     assert result.returncode == 4 and standin.requests == []
     lines = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert len(lines) == 1 and lines[0].startswith('error: cannot reach the cloud (cloud "test"'), result.stderr
+
+
+def test_a_proxy_in_the_environment_is_passed_by_when_the_route_goes_straight(standin, monkeypatch):
+    """requests chose no proxy for the endpoint (e.g. no_proxy=10.0.0.0/8, which urllib cannot read): neither
+    does the plain read, whatever urllib would take from the environment."""
+    a_cloud(standin)
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing listens: taken, the read would fail
+    monkeypatch.setenv("no_proxy", "10.0.0.0/8")
+    assert cloud_http.observe(route_to(standin), "gpu-rent") is not None
+
+
+def test_the_proxy_requests_chose_carries_the_read(standin):
+    """The endpoint's name never resolves: only the proxy (the stand-in) can answer for it."""
+    cloud = "http://cloud.invalid:8774"
+    for path in ("/compute/v2.1/servers/detail", "/volume/v3/volumes/detail", "/network/v2.0/floatingips",
+                 "/volume/v3/snapshots"):  # fmt: skip
+        key = path.split("/")[-1] if not path.endswith("detail") else path.split("/")[-2]
+        standin.answer(cloud + path, {"floatingips" if key == "floatingips" else key: []})
+    view = cloud_http.observe(route_to(standin, url=cloud, proxies={"http": standin.url}), "gpu-rent")
+    assert view is not None and view.servers == () and view.floating_ips == ()
+    assert standin.paths()[0].startswith(cloud) and all(h.get("X-Auth-Token") == TOKEN for _, h in standin.requests)

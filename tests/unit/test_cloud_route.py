@@ -22,7 +22,7 @@ PASSWORD = "hunter2-secret"
 
 def route(expires_in: float = 3600) -> Route:
     headers = {"OpenStack-API-Version": "x 1.1"}
-    calls = {name: Call("http://127.0.0.1:9/v1", f"/{name}", headers, name) for name in CALLS}
+    calls = {name: Call("http://127.0.0.1:9/v1", f"/{name}", headers, name, {}) for name in CALLS}
     expires_at = float(int(time.time() + expires_in))
     return Route(calls, "tok-123", expires_at, True, None, 'cloud "test" (http://127.0.0.1:9/v3)')
 
