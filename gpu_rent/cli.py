@@ -5,7 +5,7 @@ Exit codes: 0 done; 1 a cloud or playbook step failed (the message names it);
 3 another gpu-rent command is running in this project; 4 the cloud did not
 answer or refused the credentials; 130 canceled with Ctrl+C.
 
-One file of ~700 lines on purpose: it is the Typer app, one thin function per command over rental, setup,
+One file of ~900 lines on purpose: it is the Typer app, one thin function per command over rental, setup,
 watchdog and report, sharing their options, the mapping of errors to exit codes and the output helpers;
 split, the commands and those helpers would import each other both ways.
 """

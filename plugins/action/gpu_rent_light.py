@@ -14,6 +14,9 @@ not support it), exit_json, fail_json and get_bin_path, so:
   module imports (gpu_rent_stamp) and the module file itself, run as __main__ unchanged;
 - its JSON answer is the task's result; a crash is a failure with its stderr, as ansible reports one.
 
+A host whose Python nobody has named (vm_host names the VM's) or discovered yet, and a delegated task, run the
+module the usual way: ansible's interpreter discovery then decides, as before.
+
 The module file stays the truth: ansible-doc, the unit tests and a run without this plugin take the same code
 (tests/unit/test_light_modules.py runs each both ways and compares).
 """
@@ -31,7 +34,6 @@ from ansible.plugins.action import ActionBase
 
 PLUGINS = Path(__file__).resolve().parents[1]
 MODULE_UTILS = ("gpu_rent_stamp",)  # what the light modules import, in dependency order
-DEFAULT_PYTHON = "/usr/bin/python3"
 
 # The host's side: AnsibleModule's members these modules use, with ansible's semantics (get_bin_path also
 # looks in the sbin folders; fail_json sets failed; exit_json and fail_json end the program).
@@ -44,7 +46,7 @@ def _done(result):
     sys.exit(0)
 
 class AnsibleModule:
-    def __init__(self, argument_spec=None, supports_check_mode=False, **_):
+    def __init__(self, argument_spec, supports_check_mode=False):  # any other check would be lost: refused
         self.params = _PARAMS
         self.check_mode = _CHECK_MODE
         if self.check_mode and not supports_check_mode:
@@ -109,6 +111,17 @@ def argument_spec(module_name: str) -> dict:
     return _load(f"gpu_rent_light_{module_name}", PLUGINS / "modules" / f"{module_name}.py").ARGUMENT_SPEC
 
 
+def host_python(task, task_vars: dict) -> str | None:
+    """The host's Python as the inventory names it or an earlier task discovered it; None for a delegated task
+    (its host's variables are another's) or a host whose Python nobody has named or found yet."""
+    if task.delegate_to:
+        return None
+    named = task_vars.get("ansible_python_interpreter")
+    if named and not str(named).startswith("auto"):  # auto, auto_silent, auto_legacy...: discovery's to decide
+        return named
+    return (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -126,10 +139,11 @@ class ActionModule(ActionBase):
         utils = {u: (PLUGINS / "module_utils" / f"{u}.py").read_text(encoding="utf-8") for u in MODULE_UTILS}
         module_source = (PLUGINS / "modules" / f"{name}.py").read_text(encoding="utf-8")
         program = payload(name, module_source, utils, checked.validated_parameters, bool(self._task.check_mode))
-        known = task_vars or {}
-        python = known.get("ansible_python_interpreter") or known.get("discovered_interpreter_python")
-        python = self._templar.template(python or DEFAULT_PYTHON)
-        ran = self._low_level_execute_command(f"{python} -", in_data=program.encode("utf-8"))
+        python = host_python(self._task, task_vars or {})
+        if python is None:  # no Python known for this host: ansible's own way, which discovers one
+            return self._execute_module(module_name=self._task.action, task_vars=task_vars)
+        command = f"{self._compute_environment_string()} {self._templar.template(python)} -".strip()
+        ran = self._low_level_execute_command(command, in_data=program.encode("utf-8"))
         try:
             answer = json.loads(ran["stdout"])
         except ValueError:

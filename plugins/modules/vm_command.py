@@ -46,7 +46,9 @@ def run(argv: list[str], stdin: str | None, add_newline: bool) -> dict:
     if stdin is not None and add_newline and not stdin.endswith("\n"):
         stdin += "\n"
     try:
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, errors="replace", check=False)
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, encoding="utf-8", errors="replace", check=False
+        )  # as command decodes
     except OSError as e:  # as command says it: rc 2, the error in msg
         return {"rc": 2, "stdout": "", "stderr": "", "msg": f"[Errno {e.errno}] {e.strerror}", "cmd": argv}
     out, err = done.stdout.rstrip("\n"), done.stderr.rstrip("\n")
