@@ -172,3 +172,21 @@ def test_a_host_whose_python_nobody_named_runs_the_module_the_usual_way(tmp_path
     (tmp_path / "words.json").write_text("{}\n")
     args = {"last_words_file": str(tmp_path / "words.json"), "config_file": str(tmp_path / "absent")}
     assert run(tmp_path, "idle_killer_held", args, light=True, python=None)["last_words"] == "e30K"
+
+
+def test_the_task_environment_reaches_the_program_as_for_any_module(tmp_path):
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - vm_command: {argv: [sh, -c, 'echo \"$GREETING\"']}\n"
+        "      environment: {GREETING: hello there}\n      register: said\n"
+        "    - ansible.builtin.assert: {that: said.stdout == 'hello there'}\n"
+    )
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env |= {"ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"), "ANSIBLE_LOCALHOST_WARNING": "0",
+            "ANSIBLE_LIBRARY": str(REPO / "plugins" / "modules"),
+            "ANSIBLE_ACTION_PLUGINS": str(REPO / "plugins" / "action")}  # fmt: skip
+    playbook = ANSIBLE.with_name("ansible-playbook")
+    done = subprocess.run([str(playbook), str(play)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:]
