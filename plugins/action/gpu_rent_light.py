@@ -136,12 +136,12 @@ class ActionModule(ActionBase):
                 msg = f"Unsupported parameters for ({name}) module: {msg}"
             result.update(failed=True, msg=msg)
             return result
-        utils = {u: (PLUGINS / "module_utils" / f"{u}.py").read_text(encoding="utf-8") for u in MODULE_UTILS}
-        module_source = (PLUGINS / "modules" / f"{name}.py").read_text(encoding="utf-8")
-        program = payload(name, module_source, utils, checked.validated_parameters, bool(self._task.check_mode))
         python = host_python(self._task, task_vars or {})
         if python is None:  # no Python known for this host: ansible's own way, which discovers one
             return self._execute_module(module_name=self._task.action, task_vars=task_vars)
+        utils = {u: (PLUGINS / "module_utils" / f"{u}.py").read_text(encoding="utf-8") for u in MODULE_UTILS}
+        module_source = (PLUGINS / "modules" / f"{name}.py").read_text(encoding="utf-8")
+        program = payload(name, module_source, utils, checked.validated_parameters, bool(self._task.check_mode))
         command = f"{self._compute_environment_string()} {self._templar.template(python)} -".strip()
         ran = self._low_level_execute_command(command, in_data=program.encode("utf-8"))
         try:
