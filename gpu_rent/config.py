@@ -25,7 +25,8 @@ from urllib.parse import urlparse
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
 
-from gpu_rent import llm_models, swarmui_versions
+from gpu_rent import llm_models, seed_list, swarmui_versions
+from gpu_rent.config_error import ConfigError
 
 if TYPE_CHECKING:
     import openstack.config
@@ -36,20 +37,6 @@ VARS_FILE = "gpu-rent.vars"
 ENV_FILE = ".env"
 RUNTIME_DIR = ".gpu-rent"
 DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
-
-
-class ConfigError(Exception):
-    """One line: `<file>[:<line>]: <what is wrong and what is expected>`."""
-
-    def __init__(self, file: str, message: str, *, line: int | None = None, key: str | None = None):
-        # Messages may quote text from outside (openstacksdk errors); the CLI promises one line.
-        self.file, self.line, self.key = file, line, key
-        self.message = " ".join(message.split())
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.message}"
 
 
 # --- the settings table ---------------------------------------------------------------------------------------------
@@ -841,8 +828,6 @@ def load(project_dir: Path, *, with_cloud: bool = True, known_cloud: KnownCloud 
     known_cloud(auth, project_dir) true: openstacksdk resolved this very auth before, from files unchanged since
     (status's kept route, cloud_route.fits), so it is not loaded to check it again.
     """
-    from gpu_rent import seed_list  # it reports through this module's ConfigError
-
     project_dir = Path(project_dir).expanduser().resolve()
     values = _read_vars(project_dir)
     try:

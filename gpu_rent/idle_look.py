@@ -6,6 +6,9 @@ volume, each GPU's utilisation, the newest key typed in a terminal, the LLM runt
 (Ollama's loaded models, llama.cpp's slots), and the user's KEEP_ALIVE_COMMAND. Each returns what it
 saw or why it saw nothing; idle_decision decides. Standard library only, installed beside
 idle_killer.py on the VM.
+
+One file of ~510 lines on purpose: it is the one list of everything that can keep a VM alive, a short
+function each, read as a whole when a VM was (or was not) deleted.
 """
 
 from __future__ import annotations

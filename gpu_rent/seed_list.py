@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from gpu_rent.config import ConfigError
+from gpu_rent.config_error import ConfigError
 
 SEED_FILE = "seed.yml"
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")

@@ -4,6 +4,9 @@ Three layers, so the prompts (setup_prompts) sit on the same checks as the optio
 gave, merged over what the project already has), the checks against the cloud (each refusal one line naming the
 option and the choices), and the writes, which happen only after every check passed. Who logs in, and how, is
 setup_login's: this module asks it for the login and writes the .env lines it names.
+
+One file of ~500 lines on purpose: the three layers share the Answers and Checked types and are read in
+the order a run goes through them; splitting them would put one answer's check and its write apart.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ taken for LOCK_SECONDS (by the VM's clock) before the first byte is sent or hash
 nothing to send does not take it), refreshed every LOCK_REFRESH_SECONDS, released
 at the end by writing the VM's current time into it. A longer lock someone else holds is never
 shortened, and one that is not ours any more is not released.
+
+One file of ~760 lines on purpose: push and pull share the plan, the partial-file naming, the lock and
+the small/big split measured above, and each half mirrors the other; apart, a change to one rule (say,
+the partial's name) would have to be made twice in step.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Every case runs the real playbook (playbooks/seed.yml) with ansible-playbook ove
 host. What the host downloads is served by this test process on the ground bridge (10.231.7.1): an HTTP
 server with Range support that can pause, drop a connection part-way and log every request, and a git
 daemon for the extensions. Nothing is mocked; nothing leaves loopback and the ground's network.
+
+It stays one file past 500 lines: every case shares one rented host and the file and git servers at
+its top; split, each half would rent a host of its own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The idle-killer's decision, rule by rule (SPEC §7, the order of issue 13): what keeps a VM, and when it goes."""
+"""The idle-killer's decision, rule by rule (SPEC §7, the order of issue 13): what keeps a VM, and when it goes.
+
+It stays one file past 500 lines: the rules are tested in the order decide() applies them, each
+beside the one that outranks it."""
 
 import itertools
 from dataclasses import replace

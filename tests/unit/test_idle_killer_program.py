@@ -6,6 +6,9 @@ Keystone and Nova, from a real VM, in tests/ground/test_idle_killer.py. Here: th
 the VM shows (SwarmUI's global counters and backends, every ComfyUI's own queue at the port it runs
 on now, partial downloads, lock and hold files, the data volume), records it without secrets, and
 says it in one journal line.
+
+It stays one file past 500 lines: every test runs a tick against the same stand-in SwarmUI and this
+file's own, started by the fixtures at its top.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ No machine here has a GPU: nvidia-smi is a test-only script printing what the re
 same query (`--query-gpu=index,utilization.gpu,memory.used --format=csv,noheader,nounits`: one GPU
 per line, "[N/A]" where a GPU does not tell), with the real one's words and exit codes where it has
 no device (6, "No devices were found") and no driver (9).
+
+It stays one file past 500 lines: every test feeds the same tick helpers at its top (the fake
+nvidia-smi, the pseudo-terminal, the keep-alive command), and split, each file would carry them.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ publish-standin.sh publishes, the stand-in dotnet in $HOME/.dotnet, Data/Setting
 Data/Backends.fds. ComfyUI is the stand-in's (src/standin/comfyui.py as dlbackend/ComfyUI/main.py)
 in a venv of this machine's python (made without pip: fast, and enough for it). Each test names the
 upstream behaviour it pins; a stand-in that drifts from it fails here.
+
+It stays one file past 500 lines: every test starts the same checkout, dotnet and ComfyUI venv through
+the fixtures at its top, made once per module; split, each file would make them again.
 """
 
 import contextlib

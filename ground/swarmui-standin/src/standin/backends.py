@@ -14,6 +14,10 @@
   relaunched on the next port when it had loaded and AutoRestart is on).
 - src/WebAPI/BackendAPI.cs BackendToNet: the shape ListBackends answers.
 Not imitated: DoLibFixes' pip installs (they need the network), git auto-updates, the node repos.
+
+One file of ~630 lines on purpose: as upstream's BackendHandler and NetworkBackendUtils do, the
+handler, the backend types and the self-start launch call into each other; read apart, the order of a
+backend's states would be lost.
 """
 
 import http.client

@@ -1,0 +1,21 @@
+"""ConfigError: the one-line problem every project file's reader raises (gpu-rent.vars, .env, seed.yml).
+
+Its own module so that the readers of the project's other files (seed_list) and config, which loads them
+all, import it from below rather than from each other.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(Exception):
+    """One line: `<file>[:<line>]: <what is wrong and what is expected>`."""
+
+    def __init__(self, file: str, message: str, *, line: int | None = None, key: str | None = None):
+        # Messages may quote text from outside (openstacksdk errors); the CLI promises one line.
+        self.file, self.line, self.key = file, line, key
+        self.message = " ".join(message.split())
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
