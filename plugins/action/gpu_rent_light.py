@@ -9,7 +9,9 @@ nothing of ansible on the host but AnsibleModule's params, check_mode (and its r
 not support it), exit_json, fail_json and get_bin_path, so:
 
 - the controller validates the task's arguments with ansible's own validator, as AnsibleModule does,
-  against the module's ARGUMENT_SPEC (types, defaults, choices, suboptions, the same refusal);
+  against the module's ARGUMENT_SPEC (types, defaults, choices, suboptions, the same refusal), but for the
+  expansion of a path's ~ and $VAR: that needs the host's home and environment (the task's included), so
+  the host makes it, as AnsibleModule's type_path does there;
 - the host gets one Python program on stdin: a stand-in for those five members, the module_utils the
   module imports (gpu_rent_stamp) and the module file itself, run as __main__ unchanged;
 - its JSON answer is the task's result; a crash is a failure with its stderr, as ansible reports one.
@@ -29,6 +31,7 @@ import sys
 from pathlib import Path
 
 from ansible.module_utils.common.arg_spec import ModuleArgumentSpecValidator
+from ansible.module_utils.common.validation import check_type_str
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 
@@ -45,9 +48,22 @@ def _done(result):
     sys.stdout.flush()
     sys.exit(0)
 
+def _expanded(value, paths):
+    # type path (or a list of them) where `paths` marks True: expanduser(expandvars()), as ansible's
+    # check_type_path makes it on the host; a dict of marks: the same inside the suboptions
+    if paths is True:
+        if isinstance(value, list):
+            return [os.path.expanduser(os.path.expandvars(v)) if isinstance(v, str) else v for v in value]
+        return os.path.expanduser(os.path.expandvars(value)) if isinstance(value, str) else value
+    if isinstance(value, list):
+        return [_expanded(v, paths) for v in value]
+    if isinstance(value, dict):
+        return {k: _expanded(v, paths[k]) if k in paths else v for k, v in value.items()}
+    return value
+
 class AnsibleModule:
     def __init__(self, argument_spec, supports_check_mode=False):  # any other check would be lost: refused
-        self.params = _PARAMS
+        self.params = _expanded(_PARAMS, _PATHS)
         self.check_mode = _CHECK_MODE
         if self.check_mode and not supports_check_mode:
             self.exit_json(skipped=True, msg="remote module (%s) does not support check mode" % _NAME)
@@ -84,9 +100,13 @@ sys.modules["ansible.module_utils.basic"].AnsibleModule = AnsibleModule
 """
 
 
-def payload(name: str, module_source: str, utils: dict[str, str], params: dict, check_mode: bool) -> str:
-    """The program the host runs: the stand-in, the module_utils as ansible.module_utils.<name>, the module."""
-    given = f"import json\n_NAME = {name!r}\n_PARAMS = json.loads({json.dumps(params)!r})\n_CHECK_MODE = {check_mode!r}"
+def payload(
+    name: str, module_source: str, utils: dict[str, str], params: dict, check_mode: bool, paths: dict | None = None
+) -> str:
+    """The program the host runs: the stand-in, the module_utils as ansible.module_utils.<name>, the module.
+    `paths` marks the parameters the host expands as paths (controller_spec)."""
+    given = (f"import json\n_NAME = {name!r}\n_PARAMS = json.loads({json.dumps(params)!r})\n"
+             f"_PATHS = json.loads({json.dumps(paths or {})!r})\n_CHECK_MODE = {check_mode!r}")  # fmt: skip
     parts = [given, PRELUDE]
     for name, source in utils.items():
         parts.append(f"_module({'ansible.module_utils.' + name!r}, {source!r})")
@@ -111,6 +131,28 @@ def argument_spec(module_name: str) -> dict:
     return _load(f"gpu_rent_light_{module_name}", PLUGINS / "modules" / f"{module_name}.py").ARGUMENT_SPEC
 
 
+def path(value):
+    """check_type_path but for its expansion, which the host makes (the PRELUDE's _expanded). Named `path`:
+    the validator names a callable type by its __name__, so a refusal reads "unable to convert to path"."""
+    return check_type_str(value)
+
+
+def controller_spec(spec: dict) -> tuple[dict, dict]:
+    """(the spec with each path type checked by `path`, the marks of where they were, for the host)."""
+    checked, marks = {}, {}
+    for key, option in spec.items():
+        option = dict(option)
+        if option.get("type") == "path" or option.get("elements") == "path":
+            option.update({k: path for k in ("type", "elements") if option.get(k) == "path"})
+            marks[key] = True
+        if "options" in option:
+            option["options"], inner = controller_spec(option["options"])
+            if inner:
+                marks[key] = inner
+        checked[key] = option
+    return checked, marks
+
+
 def host_python(task, task_vars: dict) -> str | None:
     """The host's Python as the inventory names it or an earlier task discovered it; None for a delegated task
     (its host's variables are another's) or a host whose Python nobody has named or found yet."""
@@ -129,7 +171,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         name = self._task.action.rsplit(".", 1)[-1]
-        checked = ModuleArgumentSpecValidator(argument_spec(name)).validate(self._task.args)
+        spec, paths = controller_spec(argument_spec(name))
+        checked = ModuleArgumentSpecValidator(spec).validate(self._task.args)
         if len(checked.errors.errors):  # as AnsibleModule.__init__ fails: on the first error, in its words
             msg = checked.errors.msg
             if isinstance(checked.errors[0], UnsupportedError):
@@ -141,7 +184,7 @@ class ActionModule(ActionBase):
             return self._execute_module(module_name=self._task.action, task_vars=task_vars)
         utils = {u: (PLUGINS / "module_utils" / f"{u}.py").read_text(encoding="utf-8") for u in MODULE_UTILS}
         module_source = (PLUGINS / "modules" / f"{name}.py").read_text(encoding="utf-8")
-        program = payload(name, module_source, utils, checked.validated_parameters, bool(self._task.check_mode))
+        program = payload(name, module_source, utils, checked.validated_parameters, bool(self._task.check_mode), paths)
         command = f"{self._compute_environment_string()} {self._templar.template(python)} -".strip()
         ran = self._low_level_execute_command(command, in_data=program.encode("utf-8"))
         try:

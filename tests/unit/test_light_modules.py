@@ -190,3 +190,39 @@ def test_the_task_environment_reaches_the_program_as_for_any_module(tmp_path):
     playbook = ANSIBLE.with_name("ansible-playbook")
     done = subprocess.run([str(playbook), str(play)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_paths_are_expanded_on_the_host_with_the_task_environment_alike(tmp_path):
+    """A path's ~ and $VAR are the host's, as AnsibleModule's type_path makes them there: here the task's
+    HOME and STAMPS, which the controller does not have (a top-level path, a list of paths, a suboption)."""
+    home = tmp_path / "home"
+    (home / "checkout" / "src").mkdir(parents=True)
+    (home / "checkout" / "src" / "SwarmUI.csproj").write_text("<Project/>\n")
+    answers = {}
+    for way in ("usual", "light"):
+        play = tmp_path / f"{way}.yml"
+        play.write_text(
+            "- hosts: localhost\n  gather_facts: false\n"
+            f"  environment: {{HOME: '{home}', STAMPS: '{tmp_path / way}'}}\n  tasks:\n"
+            "    - swarmui_probe: {dir: ~/checkout, stamp: {name: probe, inputs: x, dir: $STAMPS}}\n"
+            "    - vm_stamp: {name: role, inputs: x, files: [~/checkout/src/SwarmUI.csproj], dir: $STAMPS,"
+            " state: record}\n"
+        )
+        (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "STAMPS"))}
+        env |= {"ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg"), "ANSIBLE_LOCALHOST_WARNING": "0",
+                "ANSIBLE_LIBRARY": str(REPO / "plugins" / "modules"),
+                "ANSIBLE_MODULE_UTILS": str(REPO / "plugins" / "module_utils"),
+                "ANSIBLE_ACTION_PLUGINS": str(REPO / "plugins" / "action") if way == "light" else "",
+                "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}  # fmt: skip
+        playbook = ANSIBLE.with_name("ansible-playbook")
+        argv = [str(playbook), str(play), "-e", f"ansible_python_interpreter={sys.executable}"]
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        tasks = json.loads(done.stdout)["plays"][0]["tasks"]
+        answers[way] = [
+            {k: v for k, v in task["hosts"]["localhost"].items() if k not in ("invocation", "action")} for task in tasks
+        ]
+        assert ("invocation" in tasks[0]["hosts"]["localhost"]) == (way == "usual")  # which way ran
+        assert (tmp_path / way / "role.json").is_file()
+    assert answers["light"] == answers["usual"]
+    assert answers["light"][0]["csproj"] == "<Project/>\n"
