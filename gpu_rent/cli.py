@@ -409,7 +409,8 @@ def up(
         killer_view.abandon(reading[0])
     address = r.get("floating_ip_address") or ""
     seen = killer_view.finish(reading[0]) if fresh else killer_view.ask(settings, r, address)
-    note(f"idle-killer: {killer_view.describe(seen, time.time())}; `gpu-rent hold` keeps the VM longer")
+    said = killer_view.describe(seen, time.time(), r.get("server"))
+    note(f"idle-killer: {said}; `gpu-rent hold` keeps the VM longer")
     if tunnel:
         _open_tunnel(settings, watch_seconds, after_up=True, stop_on_exit=stop_on_exit)
     notifier.notify("gpu-rent: SwarmUI is ready", watchdog.url(settings) if tunnel else f"{settings.name} is ready")

@@ -117,17 +117,26 @@ def _minutes(seconds: float) -> str:
     return f"{max(seconds, 0) / 60:.0f} min"
 
 
-def describe(status: dict | None, now: float) -> str:
-    """One line: when the VM goes, or what keeps it, or why the killer cannot act."""
+def describe(status: dict | None, now: float, server_id: str | None = None) -> str:
+    """One line: when the VM goes, or what keeps it, or why the killer cannot act. server_id: the server
+    the VM is now; a report naming another is from a killer still armed for the VM before."""
     try:
-        return _describe(status, now)
+        return _describe(status, now, server_id)
     except (AttributeError, TypeError, ValueError):  # a damaged file on the VM: say so, never crash status
         return "the idle-killer's report on the VM is unreadable; its next tick writes it anew"
 
 
-def _describe(status: dict | None, now: float) -> str:
+def _describe(status: dict | None, now: float, server_id: str | None) -> str:
     if not status:
         return "no report from the idle-killer on the VM (not armed yet, or SSH does not answer)"
+    # The boot volume outlives a server: until an up arms the killer for the new one, its timer ticks with
+    # the config of the VM before, whose DELETE would find that server gone and leave this one billing.
+    armed_for = status.get("server_id")
+    if server_id and armed_for and armed_for != server_id:
+        return (
+            f"NOT ARMED for this server: it is still armed for {armed_for}, the VM before this one, so nothing "
+            "here deletes this VM when idle; an up that gets through arms it (`gpu-rent up`)"
+        )
     credential = status.get("credential") or {}
     if credential.get("state") == "refused":
         return f"CREDENTIAL REFUSED, the VM cannot delete itself: {credential.get('message')}; `gpu-rent up` re-arms it"

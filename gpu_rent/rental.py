@@ -150,6 +150,17 @@ def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
     return items
 
 
+def unguarded(state: State, server_name: str, *, created: bool, armed: bool) -> str | None:
+    """What an up that ended early must say when it left a server it created billing with no idle-killer armed
+    for it: the killer a reused boot volume brings is armed for the server before (killer_view.describe)."""
+    if not created or armed or not state.resources.get("server"):
+        return None
+    return (
+        f"server {server_name} bills by the hour and no idle-killer is armed on it yet, so nothing deletes it "
+        "when idle: `gpu-rent up` resumes and arms it, `gpu-rent stop` ends it"
+    )
+
+
 # ---------------------------------------------------------------------------------------------- operations
 
 
@@ -164,6 +175,7 @@ class Rental:
         self.progress = progress  # context manager factory: title -> callback(Progress)
         # called with the resources once the VM's idle-killer has taken its first look (up shows its status)
         self.killer_looked: Callable[[dict], None] | None = None
+        self.killer_armed = False  # the last playbook armed the idle-killer (it took its first look)
 
     def _run(self, state: State, playbook: str, title: str, extravars: dict | None = None) -> PlaybookResult:
         def record(data: dict) -> None:
@@ -187,8 +199,10 @@ class Rental:
                 self.say(f"the VM before this one was {vm_end.line(end)}")
             if data.get("gpu_rent_note"):  # a role's word to the user, e.g. what happens at the next up
                 self.say(str(data["gpu_rent_note"]))
-            if data.get("gpu_rent_killer_looked") and self.killer_looked:  # its status file is there to read
-                self.killer_looked(dict(state.resources))
+            if data.get("gpu_rent_killer_looked"):
+                self.killer_armed = True
+                if self.killer_looked:  # its status file is there to read
+                    self.killer_looked(dict(state.resources))
             phase = data.get("gpu_rent_phase")  # the playbook says where it got: SSH answers, SwarmUI ready
             if phase:
                 # an error here must not escape into ansible-runner's event loop (it would orphan the play)
@@ -202,6 +216,7 @@ class Rental:
                 self.say(f"state: could not save {self.store.path}: {e.strerror}")
 
         self._end_orphans()
+        self.killer_armed = False
         state.begin_operation(playbook, title)
         self.store.save(state)
         with self.progress(title) as show:
@@ -262,7 +277,8 @@ class Rental:
             bill = stopped_bill.for_server(self.settings, view, server, address) if server else None
             if bill:  # preempted with the laptop closed: say what it cost while nobody looked
                 self.say(f"server {server.name}: {bill}; bringing it back")
-            if any(i.action == "create" and i.what == "server" for i in items) and not confirm(items):
+            creates_server = any(i.action == "create" and i.what == "server" for i in items)
+            if creates_server and not confirm(items):
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)
             if time.monotonic() - looked > LOOKUP_FRESH_SECONDS:  # a person answered: the cloud may have moved
                 found = up_head_start.ask(conn, asked)
@@ -275,6 +291,12 @@ class Rental:
                 self._record_early(state, found["early"])
                 handed = {"gpu_rent_operator_cidr": cidr, "gpu_rent_up_found_file": str(handover), **extra}
                 result = self._run(state, "up", "renting and bootstrapping", handed)
+            except OperationFailed as e:
+                name = resource_names(self.settings.name)["server"]
+                warning = unguarded(state, name, created=creates_server, armed=self.killer_armed)
+                if warning:
+                    raise OperationFailed(f"{e}; {warning}", canceled=e.canceled) from None
+                raise
             finally:
                 handover.unlink(missing_ok=True)
             return state, result

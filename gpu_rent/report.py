@@ -170,7 +170,7 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
             killer_view.abandon(early[1] if early else None)
             early = _killer_read(settings, address, boot_volume)
         killer_status = killer_view.finish(early[1])
-        killer = killer_view.describe(killer_status, time.time())
+        killer = killer_view.describe(killer_status, time.time(), server.id)
         if killer_status and killer_status.get("server_id") == server.id:  # what judges the end, if it comes
             vm_end.write(settings.runtime_dir, vm_end.SEEN_FILE, killer_status)
     return StatusReport(

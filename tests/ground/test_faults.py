@@ -257,6 +257,7 @@ def walk_up_faults(rental: Rental) -> None:
         if how == "ctrl+c":  # the playbook's process group stops, the phase stays
             proc, out = rental.interrupt(("up", "--yes"), when, what, after, sig=signal.SIGINT)
             assert proc.returncode == 130 and "canceled" in out.read_text(), out.read_text()
+            assert "no idle-killer is armed" not in out.read_text()  # canceled before any server was created
         elif how == "unreachable":
             unreachable(rental, when, what)
         else:
@@ -298,6 +299,7 @@ def unreachable(rental: Rental, when: Trigger, what: str) -> None:
         subprocess.run(["iptables", "-D", *block], check=False)
     said = out.read_text()
     assert "does not answer over SSH" in said and "Traceback" not in said, said
+    assert "no idle-killer is armed" not in said, said  # it was armed before the VM stopped answering
     assert not playbook_processes(rental.project)
     rental.faults.append(f"up: the VM unreachable over SSH while {what}")
 

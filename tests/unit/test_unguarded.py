@@ -1,0 +1,61 @@
+"""A server no idle-killer guards is said so: by up when it ends early, by status while the killer is armed for
+the VM before (its config came with the reused boot volume)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_rent import cloud, config, up_head_start
+from gpu_rent import rental as rental_module
+from gpu_rent.killer_view import describe
+from gpu_rent.rental import OperationFailed, Rental, unguarded
+from gpu_rent.state import State
+
+NOW = 1_800_000_000.0
+ARMED = {"server_id": "old", "tick_at": NOW - 20, "action": "keep", "reason": "grace after boot, 44 min left",
+         "fires_at": None, "credential": {"state": "ok"}}  # fmt: skip
+
+
+def test_status_says_a_killer_armed_for_the_vm_before_guards_nothing_here():
+    line = describe(ARMED, NOW, "new")
+    assert line.startswith("NOT ARMED for this server: it is still armed for old, the VM before this one")
+    assert describe(ARMED, NOW, "old") == "armed, kept alive by: grace after boot, 44 min left"
+    assert describe(ARMED, NOW) == describe(ARMED, NOW, "old")  # no server known: the report as it is
+    assert describe({**ARMED, "server_id": None}, NOW, "new").startswith("armed")  # an old report without the id
+
+
+@pytest.mark.parametrize(
+    ("created", "armed", "server", "said"),
+    [(True, False, "s1", True), (True, True, "s1", False), (False, False, "s1", False), (True, False, None, False)],
+    ids=["created-unarmed", "created-armed", "found-not-created", "nothing-created-yet"],
+)
+def test_up_names_a_server_it_created_and_left_without_a_killer(created, armed, server, said):
+    state = State(resources={"server": server} if server else {})
+    warning = unguarded(state, "proj-vm", created=created, armed=armed)
+    assert (warning is not None) == said
+    if said:
+        assert warning.startswith("server proj-vm bills by the hour and no idle-killer is armed on it yet")
+
+
+@pytest.mark.parametrize("armed", [False, True])
+def test_an_up_that_fails_after_the_create_says_so_in_its_one_line(dead_cloud_project, monkeypatch, armed):
+    monkeypatch.setattr(rental_module, "connect", lambda settings: "conn")
+    monkeypatch.setattr(rental_module.cloud, "observe", lambda conn, name: cloud.CloudView())
+    monkeypatch.setattr(rental_module, "plan", lambda *a: [rental_module.PlanItem("server", "s", "create")])
+    monkeypatch.setattr(up_head_start, "ask", lambda conn, questions: {})
+    early = {"created": True, "server": {"id": "s1"}, "floating_ip": {"id": "f1", "floating_ip_address": "10.1.2.3"}}
+    monkeypatch.setattr(up_head_start, "start", lambda conn, q, found, handover: {"early": early})
+    settings = config.load(dead_cloud_project, with_cloud=False)
+    rental = Rental(settings, say=lambda _: None, progress=lambda _: None)
+
+    def run(state, playbook, title, extra):
+        rental.killer_armed = armed
+        raise OperationFailed("up: the VM does not answer over SSH", canceled=True)
+
+    monkeypatch.setattr(rental, "_run", run)
+    with pytest.raises(OperationFailed) as failed:
+        rental.up(lambda items: True)
+    assert failed.value.canceled is True
+    assert str(failed.value).startswith("up: the VM does not answer over SSH")
+    assert ("no idle-killer is armed on it yet" in str(failed.value)) == (not armed)
+    assert "\n" not in str(failed.value)
