@@ -482,14 +482,15 @@ def _pull_before_stop(settings: config.Settings) -> None:
     """Step 1 of stop: new outputs to ./Output when a VM runs and SSH answers; never a reason not to stop."""
     state = load_state(StateStore(settings.project_dir), note)
     try:
-        target = vm_ssh.Target.of(settings, state.resources)
-    except vm_ssh.SshError:
-        return  # up never got as far as a VM: nothing to pull, nothing to say
-    try:
         conn = connect(settings)
-        server = cloud.observe_servers(conn, settings.name).server(config.resource_names(settings.name)["server"])
+        name = config.resource_names(settings.name)["server"]
+        server = cloud.observe_servers(conn, settings.name).server(name, state.resources.get("server"))
         if server is None or server.status != "ACTIVE":
             return
+        if not (state.resources.get("floating_ip_address") and state.resources.get("boot_volume")):
+            # the state lost where the VM is (moved aside as corrupt, or a copy of the folder): the cloud knows
+            state.resources.update(cloud.proven_resources(state, cloud.observe(conn, settings.name), settings.name))
+        target = vm_ssh.Target.of(settings, state.resources)
         with transfer_progress("pulling Output") as show:
             result = files.pull_output(settings, target, False, show)
     except (vm_ssh.SshError, sync.SyncError) as e:

@@ -231,6 +231,25 @@ def reconcile(state: State, view: CloudView, prefix: str) -> tuple[Phase, str]:
     return state.phase, f"server {server.status.lower()}"
 
 
+def proven_resources(state: State, view: CloudView, prefix: str) -> dict[str, str]:
+    """What the state lacks and the cloud proves is this project's: its volumes by name, the server of its
+    name and the floating IP attached to it. A lost or corrupt state file is rebuilt from these (SPEC §4),
+    so stop can still pull Output and status can read the VM's killer; a detached address stays a leftover."""
+    ours = names(prefix)
+    found: dict[str, str] = {}
+    for key in ("boot_volume", "data_volume"):
+        volume = view.volume(ours[key])
+        if volume is not None:
+            found[key] = volume.id
+    server = view.server(ours["server"], state.resources.get("server"))
+    if server is not None:
+        found["server"] = server.id
+        ip = next((ip for ip in view.floating_ips if ip.port_id and ip.address in server.addresses), None)
+        if ip is not None:
+            found |= {"floating_ip": ip.id, "floating_ip_address": ip.address}
+    return {key: value for key, value in found.items() if not state.resources.get(key)}
+
+
 def stale_ids(state: State, view: CloudView) -> list[str]:
     """State entries for a server or floating IP the cloud no longer has (stopped or killed elsewhere)."""
     stale = []

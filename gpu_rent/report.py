@@ -154,6 +154,10 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
             if server is not None:
                 state.resources["server"] = server.id
             store.save(state)
+        proven = cloud.proven_resources(state, view, settings.name)
+        if proven:  # a state file lost or moved aside as corrupt: what the cloud proves is ours comes back
+            state.resources.update(proven)
+            store.save(state)
     phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
     server = view.server(names["server"], state.resources.get("server"))
     if cloud.missing_preemptible(server):

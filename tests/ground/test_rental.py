@@ -983,7 +983,7 @@ def test_status_names_orphans_with_commands_that_delete_them(life, cloud, net):
 
 
 def test_a_corrupt_state_file_is_moved_aside_and_rebuilt_from_the_cloud(life):
-    project, _ = life
+    project, ours = life
     (project / ".gpu-rent" / "state.json").write_text("{ not json")
     result = gpu_rent(project, "status", "--json")
     assert result.returncode == 0, result.stderr
@@ -991,6 +991,10 @@ def test_a_corrupt_state_file_is_moved_aside_and_rebuilt_from_the_cloud(life):
     (moved,) = (project / ".gpu-rent").glob("state.json.corrupt-*")
     assert moved.read_text() == "{ not json"
     assert json.loads(result.stdout)["phase"] == "idle"
+    # the kept volumes are this project's, as the cloud proves: the rebuilt state holds them again
+    volumes = {name: volume.id for name, volume in ours.volumes().items()}
+    rebuilt = json.loads((project / ".gpu-rent" / "state.json").read_text())["resources"]
+    assert rebuilt == {"boot_volume": volumes[f"{ours.name}-boot"], "data_volume": volumes[f"{ours.name}-data"]}
 
 
 def test_destroy_refuses_without_the_flag_and_removes_everything_with_it(life):

@@ -8,8 +8,10 @@ from gpu_rent.cloud import (
     CloudView,
     FloatingIP,
     Server,
+    Volume,
     leftovers,
     missing_preemptible,
+    proven_resources,
     reconcile,
     side_by_side,
     stale_ids,
@@ -87,6 +89,29 @@ def test_stale_ids_are_the_ones_the_cloud_no_longer_has():
     state = State(resources={"server": "s1", "floating_ip": "f1", "floating_ip_address": "a", "boot_volume": "b"})
     assert stale_ids(state, CloudView()) == ["server", "floating_ip", "floating_ip_address"]
     assert stale_ids(state, CloudView(servers=(server(),), floating_ips=(ip(),))) == []
+
+
+def test_a_lost_state_gets_back_what_the_cloud_proves_is_this_projects():
+    attached = Server("s1", "gpu-rent", "ACTIVE", "active", ("gpu-rent",), "gpu.l4.1", None, ("10.231.7.20",))
+    view = CloudView(
+        servers=(attached,),
+        volumes=(Volume("b1", "gpu-rent-boot", "in-use", 50, "ru-7a", "gpu-rent"),
+                 Volume("d1", "gpu-rent-data", "in-use", 100, "ru-7a", "gpu-rent"),
+                 Volume("x1", "other-boot", "available", 50, "ru-7a", "other")),
+        floating_ips=(ip("f9", port=None, address="10.231.7.99"), ip()),
+    )  # fmt: skip
+    assert proven_resources(State(), view, "gpu-rent") == {
+        "boot_volume": "b1", "data_volume": "d1", "server": "s1", "floating_ip": "f1",
+        "floating_ip_address": "10.231.7.20",
+    }  # fmt: skip
+    # what the state has is never overwritten; a detached address of ours stays a leftover, not the state's
+    kept = State(resources={"boot_volume": "b0", "server": "s1"})
+    assert proven_resources(kept, view, "gpu-rent") == {
+        "data_volume": "d1", "floating_ip": "f1", "floating_ip_address": "10.231.7.20"
+    }  # fmt: skip
+    assert proven_resources(State(), CloudView(volumes=view.volumes, floating_ips=view.floating_ips), "gpu-rent") == {
+        "boot_volume": "b1", "data_volume": "d1"
+    }  # fmt: skip
 
 
 def test_failure_message_is_one_line_and_picks_the_failed_loop_item():
