@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_rent import cloud, stop_head_start, stopped_bill, swarmui_versions, token_cache, up_head_start, vm_end
-from gpu_rent.config import VARS_FILE, ConfigError, Settings, resource_names
+from gpu_rent.config import ENV_FILE, VARS_FILE, ConfigError, Settings, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
 
@@ -76,6 +76,17 @@ class PlanItem:
     name: str
     action: str  # "create" or "reuse"
     detail: str = ""
+
+
+def check_ssh_key(settings: Settings) -> None:
+    """The SSH key the VM's login will take, refused as bad input before anything is rented (ssh.check_login_key)."""
+    public = settings.ssh_public_key()
+    from gpu_rent import ssh  # asyncssh, imported only where a key is checked: status never pays for it
+
+    try:
+        ssh.check_login_key(settings.ssh_key, public)
+    except ssh.SshError as e:
+        raise ConfigError(ENV_FILE, str(e), key="GPU_RENT_SSH_KEY") from None
 
 
 def refuse_unsupported(settings: Settings) -> None:
@@ -255,7 +266,7 @@ class Rental:
         self.store.save(state)
 
     def up(self, confirm: Callable[[list[PlanItem]], bool], extra: dict | None = None) -> tuple[State, PlaybookResult]:
-        self.settings.ssh_public_key()  # a missing key is bad input: before anything is rented
+        check_ssh_key(self.settings)  # a key the login would refuse is bad input: before anything is rented
         refuse_unsupported(self.settings)
         cidr = self.settings.resolved_operator_cidr()
         with self.store.lock("up"):

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from gpu_rent import cloud, cloud_http, cloud_route, killer_view, stopped_bill, swarmui_versions, tunnel_record, vm_end
 from gpu_rent.config import ConfigError, Settings, resource_names
-from gpu_rent.rental import connect, load_state
+from gpu_rent.rental import check_ssh_key, connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
 
 
@@ -249,7 +249,7 @@ def doctor_checks(settings: Settings) -> list[Check]:
     shown = swarmui_versions.PINNED_LABEL if settings.swarmui_version == swarmui_versions.PINNED else None
     checks.append(Check("swarmui version", why is None, why or shown or settings.swarmui_version))
     try:
-        settings.ssh_public_key()
+        check_ssh_key(settings)
         checks.append(Check("ssh key", True, str(settings.ssh_key)))
     except ConfigError as e:
         checks.append(Check("ssh key", False, str(e)))

@@ -155,6 +155,38 @@ def _client_keys(key: Path) -> list | None:
         raise SshError(f"GPU_RENT_SSH_KEY={key}: cannot read it ({e.strerror})") from None
 
 
+def check_login_key(key: Path, public_text: str) -> None:
+    """Refuse (SshError), before anything is rented, a key the VM's login would refuse: the VM gets the .pub, and
+    a login that fails after the create leaves a server billing with no idle-killer (it is armed over SSH).
+    The private half must be one pair with the .pub: readable here, or held by the SSH agent."""
+    try:
+        public = asyncssh.import_public_key(public_text)
+    except (asyncssh.KeyImportError, ValueError) as e:
+        raise SshError(f"GPU_RENT_SSH_KEY={key}: {key}.pub is not an SSH public key ({e})") from None
+    pair = f"ssh-keygen -y -f {key} > {key}.pub"
+    keys = _client_keys(key)  # a file that is no key, unreadable, or locked with no agent: refused there
+    if keys is not None:
+        if keys[0].public_data != public.public_data:
+            raise SshError(f"GPU_RENT_SSH_KEY={key}: the key and {key}.pub are not one pair ({pair})")
+        return
+    held = asyncio.run(_agent_keys())
+    if held is None:
+        raise SshError(f"GPU_RENT_SSH_KEY={key}: {key} not found, and no SSH agent to hold it")
+    if public.public_data not in held:
+        raise SshError(f"GPU_RENT_SSH_KEY={key}: the SSH agent does not hold the key of {key}.pub (ssh-add {key})")
+
+
+async def _agent_keys() -> set[bytes] | None:
+    """The public halves the SSH agent holds; None when no agent answers."""
+    if not os.environ.get("SSH_AUTH_SOCK") and os.name != "nt":
+        return None
+    try:
+        async with asyncssh.connect_agent() as agent:
+            return {k.public_data for k in await agent.get_keys()}
+    except (OSError, asyncssh.Error, ValueError):
+        return None
+
+
 def nodelay(sock) -> None:
     """Small writes leave at once: Nagle plus delayed ACKs cost ~40 ms per request/response round."""
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
