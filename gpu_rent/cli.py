@@ -89,6 +89,12 @@ def main_callback(
     ] = False,
 ) -> None:
     """Rent a preemptible OpenStack GPU VM for SwarmUI; it deletes itself when idle, the disks stay."""
+    try:  # a shell left in a deleted folder: every path (and openstacksdk's config search) starts from it
+        os.getcwd()
+    except FileNotFoundError:
+        if not {"--help", "-h"} & set(sys.argv[1:]):  # help reads no folder
+            error("the current folder no longer exists (deleted or moved): cd into one that does")
+            raise typer.Exit(ExitCode.BAD_INPUT) from None
 
 
 def _settings(project: Path, known_cloud: config.KnownCloud | None = None) -> config.Settings:
@@ -677,6 +683,9 @@ def tunnel_command(
     The watchdog brings a preempted (shelved) VM back with the same disks and reopens the tunnel;
     a server in ERROR ends it with the reason, never with a new rental. The VM is never stopped here.
     """
+    if close and (background or stop_on_exit):  # one would be dropped without a word
+        error(f"--close and {'--background' if background else '--stop-on-exit'} do not go together: give one of them")
+        raise typer.Exit(ExitCode.BAD_INPUT)
     settings = _settings(project)
     if close:
         closed = watchdog.close_background(settings)
@@ -771,7 +780,10 @@ def pull_output(project: ProjectOption = Path("."), checksum: ChecksumOption = F
 
 
 def _target(settings: config.Settings) -> vm_ssh.Target:
-    state = load_state(StateStore(settings.project_dir), note)
+    try:
+        state = load_state(StateStore(settings.project_dir), note)
+    except handled() as e:
+        raise _fail(e) from None
     try:
         return vm_ssh.Target.of(settings, state.resources)
     except vm_ssh.SshError as e:
@@ -868,7 +880,10 @@ def dry_run(project: ProjectOption = Path(".")) -> None:
     except handled() as e:
         raise _fail(e) from None
     _print_plan(items)
-    state = load_state(StateStore(settings.project_dir), note)
+    try:
+        state = load_state(StateStore(settings.project_dir), note)
+    except handled() as e:
+        raise _fail(e) from None
     console.print(f"[dim]phase now: {state.phase}[/]")
 
 

@@ -14,6 +14,9 @@ from gpu_rent.config import ConfigError
 
 WHERE = "arguments"
 HOLD_FILE = "/mnt/swarm_data/.gpu-rent-hold-until"
+# A hold keeps a GPU billing through any idleness: one past a month is a typo (minutes for seconds, a year
+# wrong), not a plan, and a number that large also breaks the clock arithmetic. `stop` and `up` do it cheaper.
+MAX_HOLD_MINUTES = 30 * 24 * 60
 
 
 def hold_until(
@@ -30,10 +33,17 @@ def hold_until(
             moment = datetime.fromisoformat(until.strip())
         except ValueError:
             raise ConfigError(WHERE, f"--until {until}: not an ISO time such as 2026-11-29T21:30") from None
-        stamp = moment.timestamp()  # a time without a zone is this machine's local time
+        try:
+            stamp = moment.timestamp()  # a time without a zone is this machine's local time
+        except (OverflowError, OSError, ValueError):
+            raise ConfigError(WHERE, f"--until {until}: not a time this machine can reckon with") from None
         if stamp <= now:
             raise ConfigError(WHERE, f"--until {until}: that is in the past; a hold must end later than now")
+        if stamp - now > MAX_HOLD_MINUTES * 60:
+            raise ConfigError(WHERE, f"--until {until}: more than 30 days away; a hold lasts 30 days at the most")
         return stamp
     if minutes is not None and minutes <= 0:
         raise ConfigError(WHERE, f"--minutes {minutes}: a hold lasts at least 1 minute")
-    return now + 60 * (minutes if minutes is not None else idle_minutes)
+    if minutes is not None and minutes > MAX_HOLD_MINUTES:
+        raise ConfigError(WHERE, f"--minutes {minutes}: a hold lasts 30 days ({MAX_HOLD_MINUTES} minutes) at the most")
+    return now + 60 * min(minutes if minutes is not None else idle_minutes, MAX_HOLD_MINUTES)

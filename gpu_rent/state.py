@@ -73,7 +73,8 @@ class StateCorrupt(StateError):
         where = f"{RUNTIME_DIR}/{STATE_FILE}"
         if self.moved_to is None:
             return f"{where} is invalid ({self.reason})"
-        return f"{where} was unreadable ({self.reason}); moved to {self.moved_to.name}; rebuilding from the cloud"
+        moved = f"moved to {self.moved_to.name}"
+        return f"{where} was unreadable ({self.reason}); {moved}; `gpu-rent status` rebuilds it from the cloud"
 
 
 class StateLocked(StateError):
@@ -250,6 +251,8 @@ class StateStore:
 
     def ensure_dir(self) -> Path:
         """Create `.gpu-rent/` (private) with a `.gitignore` so runtime files never get committed."""
+        if self.dir.exists() and not self.dir.is_dir():
+            raise StateError(f"{self.dir} is not a folder: gpu-rent keeps its runtime files there; move it away")
         self.dir.mkdir(mode=0o700, exist_ok=True)
         ignore = self.dir / ".gitignore"
         if not ignore.exists():
@@ -262,12 +265,22 @@ class StateStore:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return State()
+        except IsADirectoryError:
+            raise StateError(f"{self.path} is a folder, not the state file: move it away") from None
+        except NotADirectoryError:
+            raise StateError(
+                f"{self.dir} is not a folder: gpu-rent keeps its runtime files there; move it away"
+            ) from None
+        except OSError as e:
+            raise StateError(f"{self.path}: cannot read it ({e.strerror})") from None
         try:
             return State.from_json(json.loads(raw.decode("utf-8")))
         except UnicodeDecodeError:
             reason = "not UTF-8 text"
         except json.JSONDecodeError as exc:
             reason = f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        except RecursionError:  # json's parser recurses per bracket: no state of ours nests deeper than a few
+            reason = "nested too deeply to be a state file"
         except StateCorrupt as exc:
             reason = exc.reason
         raise StateCorrupt(reason, moved_to=self._move_aside())

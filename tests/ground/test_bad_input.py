@@ -82,6 +82,12 @@ def key_without_pub(project: Path) -> None:
     shutil.copy(PROJECT / "id_ed25519", project / "key")
 
 
+def key_of_another_pair(project: Path) -> None:
+    """The project's .pub beside a private key of another pair: the VM would get a key nobody here holds."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(project / "key")], check=True)
+    shutil.copy(PROJECT / "id_ed25519.pub", project / "key.pub")
+
+
 def garbage_state(project: Path) -> None:
     (project / ".gpu-rent").mkdir()
     (project / ".gpu-rent" / "state.json").write_bytes(b'{"phase": "provisi')
@@ -179,7 +185,7 @@ CASES = [
     # --- state
     Case("state.json garbage: moved aside, rebuilt", ("status",), 0,
          r"\.gpu-rent/state\.json was unreadable \(not JSON: Unterminated string starting at \(line 1, column 11\)\); "
-         r"moved to state\.json\.corrupt-\d{8}T\d{6}Z; rebuilding from the cloud",
+         r"moved to state\.json\.corrupt-\d{8}T\d{6}Z; `gpu-rent status` rebuilds it from the cloud",
          prepare=garbage_state, check=state_moved_aside),
     # --- the SSH key
     Case("ssh key file missing", UP, 2,
@@ -190,6 +196,10 @@ CASES = [
          r"error: \.env: GPU_RENT_SSH_KEY=<project>/key: <project>/key\.pub not found "
          r"\(ssh-keygen -y -f <project>/key > <project>/key\.pub\)",
          env={"GPU_RENT_SSH_KEY": "key"}, prepare=key_without_pub),
+    Case("ssh key and .pub of two pairs", UP, 2,
+         r"error: \.env: GPU_RENT_SSH_KEY=<project>/key: the key and <project>/key\.pub are not one pair "
+         r"\(ssh-keygen -y -f <project>/key > <project>/key\.pub\)",
+         env={"GPU_RENT_SSH_KEY": "key"}, prepare=key_of_another_pair),
     # --- names the cloud does not have: refused after asking it, before anything is created
     Case("flavor the cloud lacks", UP, 2,
          r"error: gpu-rent\.vars: FLAVOR: flavor gpu\.z999\.1 does not exist in this cloud",

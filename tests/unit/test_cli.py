@@ -1,5 +1,6 @@
 """The CLI's contract with its user: help that reads well, one-line errors, exit codes."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -244,3 +245,26 @@ def test_up_full_asks_every_vm_role_to_redo_its_work(project, monkeypatch, flags
     result = runner.invoke(app, ["up", "-p", str(project), "--yes", "--no-tunnel", *flags])
     assert result.exit_code != 0
     assert asked == [extra]
+
+
+def test_a_deleted_current_folder_is_one_line_and_help_still_works(tmp_path):
+    gone = tmp_path / "gone"
+    code = (
+        "import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); sys.argv = ['gpu-rent', *sys.argv[2:]]; "
+        "from gpu_rent.cli import main; main()"
+    )
+    for args, rc in ((["status"], 2), (["status", "-p", str(tmp_path)], 2), (["up", "--help"], 0)):
+        gone.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # this checkout's gpu_rent
+        done = subprocess.run([sys.executable, "-c", code, str(gone), *args], capture_output=True, text=True, env=env)
+        assert done.returncode == rc, done.stderr
+        if rc:
+            assert done.stderr.strip().splitlines() == [
+                "error: the current folder no longer exists (deleted or moved): cd into one that does"
+            ]
+
+
+def test_tunnel_close_with_background_is_refused_not_half_done(project):
+    result = runner.invoke(app, ["tunnel", "--close", "--background", "-p", str(project)])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: --close and --background do not go together: give one of them"

@@ -25,6 +25,11 @@ def test_until_takes_an_iso_time_local_or_zoned():
     assert hold_until(NOW, 30, until=zoned) == pytest.approx(NOW + 7200)
 
 
+def test_a_month_is_the_longest_hold_and_idle_minutes_beyond_it_are_cut_to_it():
+    assert hold_until(NOW, 30, minutes=30 * 24 * 60) == NOW + 30 * 24 * 3600
+    assert hold_until(NOW, idle_minutes=int("9" * 400)) == NOW + 30 * 24 * 3600
+
+
 def test_clear_gives_no_hold():
     assert hold_until(NOW, 30, clear=True) is None
 
@@ -38,6 +43,10 @@ def test_clear_gives_no_hold():
         ({"minutes": -5}, "a hold lasts at least 1 minute"),
         ({"minutes": 10, "until": "2026-11-29T21:30"}, "--minutes and --until do not go together"),
         ({"minutes": 10, "clear": True}, "--minutes and --clear do not go together"),
+        ({"minutes": 30 * 24 * 60 + 1}, "a hold lasts 30 days (43200 minutes) at the most"),
+        ({"minutes": int("9" * 400)}, "a hold lasts 30 days (43200 minutes) at the most"),
+        ({"until": "2026-12-30T20:01"}, "more than 30 days away"),
+        ({"until": "9999-12-31T23:59"}, "more than 30 days away"),
     ],
 )
 def test_mistakes_are_one_line(kw, message):

@@ -226,9 +226,8 @@ def test_corrupt_file_is_moved_aside(tmp_path: Path, content: bytes, reason: str
     message = str(error)
     assert "\n" not in message
     name = error.moved_to.name
-    assert (
-        message == f".gpu-rent/state.json was unreadable ({error.reason}); moved to {name}; rebuilding from the cloud"
-    )
+    rebuilt = "`gpu-rent status` rebuilds it from the cloud"
+    assert message == f".gpu-rent/state.json was unreadable ({error.reason}); moved to {name}; {rebuilt}"
     # The next load starts fresh, and the evidence stays.
     assert store.load() == State()
     assert error.moved_to.exists()
@@ -325,3 +324,27 @@ def test_locked_message_without_a_record() -> None:
     assert str(StateLocked()) == (
         "another gpu-rent command is running in this project; wait for it or stop it with Ctrl+C"
     )
+
+
+def test_a_state_path_that_is_not_a_file_is_one_line_naming_it(tmp_path):
+    store = StateStore(tmp_path)
+    (tmp_path / ".gpu-rent" / "state.json").mkdir(parents=True)
+    with pytest.raises(StateError, match=r"state\.json is a folder, not the state file: move it away"):
+        store.load()
+    (tmp_path / ".gpu-rent" / "state.json").rmdir()
+    (tmp_path / ".gpu-rent").rmdir()
+    (tmp_path / ".gpu-rent").write_text("a file where the folder goes\n")
+    with pytest.raises(StateError, match=r"\.gpu-rent is not a folder: gpu-rent keeps its runtime files there"):
+        store.load()
+    with pytest.raises(StateError, match=r"\.gpu-rent is not a folder"):
+        store.save(State())
+    assert (tmp_path / ".gpu-rent").read_text() == "a file where the folder goes\n"  # nothing lost
+
+
+def test_a_state_nested_past_the_parser_is_moved_aside_as_corrupt(tmp_path):
+    store = StateStore(tmp_path)
+    store.ensure_dir()
+    store.path.write_text('{"phase": "idle", "operation": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(StateCorrupt, match="nested too deeply to be a state file"):
+        store.load()
+    assert store.load() == State()
