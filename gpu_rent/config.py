@@ -210,9 +210,13 @@ def _operator_cidr(raw: str) -> str:
         return "auto"
     try:
         # strict=False: "203.0.113.7/24" means "my /24", and a bare address becomes /32 or /128.
-        return str(ipaddress.ip_network(raw, strict=False))
+        network = ipaddress.ip_network(raw, strict=False)
     except ValueError:
         raise _Bad("is not an IP network") from None
+    # refused here as the security_group role refuses it, but before up's head start may create the server
+    if network.prefixlen == 0:
+        raise _Bad("is every address: SSH open to the world is refused (auto, or your address such as 203.0.113.7/32)")
+    return str(network)
 
 
 def _subnet_cidr(raw: str) -> str:
