@@ -250,13 +250,19 @@ def proven_resources(state: State, view: CloudView, prefix: str) -> dict[str, st
     return {key: value for key, value in found.items() if not state.resources.get(key)}
 
 
+VOLUME_KEYS = ("boot_volume", "data_volume")
+
+
 def stale_ids(state: State, view: CloudView) -> list[str]:
-    """State entries for a server or floating IP the cloud no longer has (stopped or killed elsewhere)."""
+    """State entries for a server, floating IP or volume the cloud no longer has (stopped, killed or deleted
+    elsewhere)."""
     stale = []
     if state.resources.get("server") and state.resources["server"] not in {s.id for s in view.servers}:
         stale.append("server")
     if state.resources.get("floating_ip") and state.resources["floating_ip"] not in {i.id for i in view.floating_ips}:
         stale += ["floating_ip", "floating_ip_address"]
+    # a volume deleted outside gpu-rent (the panel, another tool): the next up makes an empty one by its name
+    stale += [key for key in VOLUME_KEYS if state.resources.get(key) not in (None, *(v.id for v in view.volumes))]
     return stale
 
 

@@ -147,6 +147,10 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         stale = cloud.stale_ids(state, view)
         if "server" in stale:  # gone, and not by gpu-rent stop (which forgets it): tell how, once
             vm_end.settle(settings.runtime_dir, conn or connect(settings), state.resources["server"])
+        for key in (k for k in stale if k in cloud.VOLUME_KEYS):  # said once: the state forgets it below
+            lost = "; what it held (models, outputs) is not on the new one" if key == "data_volume" else ""
+            say(f"the {key.replace('_', ' ')} {state.resources[key]} is gone from the cloud (deleted outside "
+                f"gpu-rent): the next up makes an empty one{lost}")  # fmt: skip
         if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
             state.move_to(phase, f"reconciled by status: {why}")
             for key in stale:
