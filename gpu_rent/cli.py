@@ -12,12 +12,14 @@ split, the commands and those helpers would import each other both ways.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -147,6 +149,32 @@ def _transfer_errors() -> tuple[type[Exception], ...]:
 
 # up reads the idle-killer's status once it has looked, beside the rest of the run; older than this, read again
 KILLER_READ_FRESH_SECONDS = 20
+# a command that ran this long ends with a desktop notification (SPEC §11): its user has looked away by then;
+# a shorter one is watched to its end, and a notification would only be noise
+LONG_SECONDS = 30.0
+_clock = time.monotonic  # how long a command ran (the tests set it)
+
+
+def _tells_when_long(what: str) -> Callable:
+    """The command notifies at its end, done or failed, when it ran LONG_SECONDS or more; never when canceled."""
+
+    def wrap(command: Callable) -> Callable:
+        @functools.wraps(command)  # Typer reads the options from the signature, which wraps keeps
+        def run(*args, **kwargs):
+            start = _clock()
+            try:
+                command(*args, **kwargs)
+            except typer.Exit as e:
+                if e.exit_code not in (ExitCode.OK, ExitCode.CANCELED) and _clock() - start >= LONG_SECONDS:
+                    notifier.notify(f"gpu-rent {what} failed", "the terminal says why")
+                raise
+            if _clock() - start >= LONG_SECONDS:
+                project = Path(kwargs.get("project") or ".").resolve().name
+                notifier.notify(f"gpu-rent {what} done", f"project {project}")
+
+        return run
+
+    return wrap
 
 
 def handled() -> tuple[type[Exception], ...]:
@@ -452,6 +480,7 @@ def _open_tunnel(
 
 
 @app.command()
+@_tells_when_long("stop")
 def stop(
     project: ProjectOption = Path("."),
     no_pull: Annotated[bool, typer.Option("--no-pull", help="Do not copy new outputs to ./Output first.")] = False,
@@ -522,6 +551,7 @@ def _seed(part: str, project: Path, update: bool = False) -> None:
 
 
 @app.command("seed-extensions")
+@_tells_when_long("seed-extensions")
 def seed_extensions(
     project: ProjectOption = Path("."),
     update: Annotated[
@@ -533,18 +563,21 @@ def seed_extensions(
 
 
 @app.command("seed-models")
+@_tells_when_long("seed-models")
 def seed_models(project: ProjectOption = Path(".")) -> None:
     """Download the models listed in seed.yml, checking each sha256; an interrupted download resumes."""
     _seed("models", project)
 
 
 @app.command("seed-autocomplete")
+@_tells_when_long("seed-autocomplete")
 def seed_autocomplete(project: ProjectOption = Path(".")) -> None:
     """Download the autocomplete lists listed in seed.yml."""
     _seed("autocomplete", project)
 
 
 @app.command("seed-llm")
+@_tells_when_long("seed-llm")
 def seed_llm(project: ProjectOption = Path(".")) -> None:
     """Install the LLM runtime (LLM_RUNTIME=ollama or llamacpp) on the running VM and bring ollama-models.yaml's models.
 
@@ -596,6 +629,7 @@ def hold(
 
 
 @app.command("resize-data")
+@_tells_when_long("resize-data")
 def resize_data(
     gb: Annotated[int, typer.Option("--gb", min=1, help="New size of the data volume in GiB; it only grows.")],
     project: ProjectOption = Path("."),
@@ -619,6 +653,7 @@ def resize_data(
 
 
 @app.command()
+@_tells_when_long("destroy")
 def destroy(
     project: ProjectOption = Path("."),
     i_understand_data_loss: Annotated[
@@ -747,6 +782,7 @@ ChecksumOption = Annotated[
 
 
 @app.command()
+@_tells_when_long("push")
 def push(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -> None:
     """Copy the project's Models, Wildcards and workflows folders (PUSH_FOLDERS) to the data volume.
 
@@ -765,6 +801,7 @@ def push(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -
 
 
 @app.command("pull-output")
+@_tells_when_long("pull-output")
 def pull_output(project: ProjectOption = Path("."), checksum: ChecksumOption = False) -> None:
     """Copy new outputs from the VM into ./Output; nothing is deleted on either side; resumable."""
     settings = _settings(project)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpu_rent import cli as cli_module
 from gpu_rent.cli import app
 from gpu_rent.state import StateStore
 
@@ -268,3 +269,47 @@ def test_tunnel_close_with_background_is_refused_not_half_done(project):
     result = runner.invoke(app, ["tunnel", "--close", "--background", "-p", str(project)])
     assert result.exit_code == 2
     assert result.output.strip() == "error: --close and --background do not go together: give one of them"
+
+
+class Told:
+    def __init__(self):
+        self.said: list[tuple[str, str]] = []
+
+    def notify(self, title: str, message: str) -> str:
+        self.said.append((title, message))
+        return "none"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "told"), [(0.0, []), (31.0, [("gpu-rent destroy failed", "the terminal says why")])]
+)
+def test_a_long_command_ends_with_a_notification_a_short_one_does_not(project, monkeypatch, seconds, told):
+    notes = Told()
+    monkeypatch.setattr(cli_module, "notifier", notes)
+    clock = iter([1000.0, 1000.0 + seconds, 1000.0 + seconds])
+    monkeypatch.setattr(cli_module, "_clock", lambda: next(clock))
+    result = runner.invoke(app, ["destroy", "-p", str(project)])  # refused: exit 2, as a failure that took long
+    assert result.exit_code == 2
+    assert notes.said == told
+
+
+def test_the_notification_says_done_and_never_comes_after_a_cancel(monkeypatch):
+    import typer
+
+    notes = Told()
+    monkeypatch.setattr(cli_module, "notifier", notes)
+    clock = iter([0.0, 40.0, 0.0, 40.0])
+    monkeypatch.setattr(cli_module, "_clock", lambda: next(clock))
+
+    @cli_module._tells_when_long("push")
+    def done(project=Path("/tmp/my-project")) -> None:
+        pass
+
+    @cli_module._tells_when_long("push")
+    def canceled() -> None:
+        raise typer.Exit(130)
+
+    done(project=Path("/tmp/my-project"))
+    with pytest.raises(typer.Exit):
+        canceled()
+    assert notes.said == [("gpu-rent push done", "project my-project")]
