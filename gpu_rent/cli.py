@@ -515,8 +515,8 @@ def _wait_for_the_lock(settings: config.Settings, command: str) -> None:
 
 def _pull_before_stop(settings: config.Settings) -> None:
     """Step 1 of stop: new outputs to ./Output when a VM runs and SSH answers; never a reason not to stop."""
-    state = load_state(StateStore(settings.project_dir), note)
     try:
+        state = load_state(StateStore(settings.project_dir), note)
         conn = connect(settings)
         name = config.resource_names(settings.name)["server"]
         server = cloud.observe_servers(conn, settings.name).server(name, state.resources.get("server"))

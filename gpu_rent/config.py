@@ -210,13 +210,9 @@ def _operator_cidr(raw: str) -> str:
         return "auto"
     try:
         # strict=False: "203.0.113.7/24" means "my /24", and a bare address becomes /32 or /128.
-        network = ipaddress.ip_network(raw, strict=False)
+        return str(ipaddress.ip_network(raw, strict=False))
     except ValueError:
         raise _Bad("is not an IP network") from None
-    # refused here as the security_group role refuses it, but before up's head start may create the server
-    if network.prefixlen == 0:
-        raise _Bad("is every address: SSH open to the world is refused (auto, or your address such as 203.0.113.7/32)")
-    return str(network)
 
 
 def _subnet_cidr(raw: str) -> str:
@@ -767,8 +763,17 @@ class Settings:
         return out
 
     def resolved_operator_cidr(self) -> str:
-        """OPERATOR_CIDR, with "auto" resolved to the address this machine reaches the cloud from."""
+        """OPERATOR_CIDR, with "auto" resolved to the address this machine reaches the cloud from. Every address
+        is refused here, for up, as the security_group role refuses it but before up's head start may create the
+        server; not by the loader, so that stop and status still work in a project that says it."""
         if self.operator_cidr != "auto":
+            if ipaddress.ip_network(self.operator_cidr).prefixlen == 0:
+                raise ConfigError(
+                    VARS_FILE,
+                    f"OPERATOR_CIDR={self.operator_cidr} is every address: SSH open to the world is refused "
+                    "(auto, or your address such as 203.0.113.7/32)",
+                    key="OPERATOR_CIDR",
+                )
             return self.operator_cidr
         if self.cloud is None:
             raise ConfigError(VARS_FILE, "OPERATOR_CIDR=auto needs the cloud's address; set OPERATOR_CIDR")

@@ -161,10 +161,13 @@ def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
     return items
 
 
-def unguarded(state: State, server_name: str, *, created: bool, armed: bool) -> str | None:
+def unguarded(state: State, server_name: str, *, created: bool, armed: bool, before: str | None) -> str | None:
     """What an up that ended early must say when it left a server it created billing with no idle-killer armed
-    for it: the killer a reused boot volume brings is armed for the server before (killer_view.describe)."""
-    if not created or armed or not state.resources.get("server"):
+    for it: the killer a reused boot volume brings is armed for the server before (killer_view.describe).
+    before: the server id the state held when the up began (the VM before, which the idle-killer may have
+    deleted overnight): an up that failed before its create leaves that id, and nothing of it bills."""
+    server = state.resources.get("server")
+    if not created or armed or not server or server == before:
         return None
     return (
         f"server {server_name} bills by the hour and no idle-killer is armed on it yet, so nothing deletes it "
@@ -271,6 +274,7 @@ class Rental:
         cidr = self.settings.resolved_operator_cidr()
         with self.store.lock("up"):
             state = load_state(self.store, self.say)
+            before = state.resources.get("server")
             conn = connect(self.settings)
             extra = extra or {}
             asked = up_head_start.questions(self.settings, bool(extra.get("gpu_rent_reuse_only")))
@@ -304,7 +308,7 @@ class Rental:
                 result = self._run(state, "up", "renting and bootstrapping", handed)
             except OperationFailed as e:
                 name = resource_names(self.settings.name)["server"]
-                warning = unguarded(state, name, created=creates_server, armed=self.killer_armed)
+                warning = unguarded(state, name, created=creates_server, armed=self.killer_armed, before=before)
                 if warning:
                     raise OperationFailed(f"{e}; {warning}", canceled=e.canceled) from None
                 raise

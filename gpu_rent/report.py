@@ -97,7 +97,7 @@ class StatusReport:
         if self.gpu and s is not None:
             out.print(f"[bold]gpu[/]       {escape(self.gpu)}")
         if self.killer is not None:
-            loud = "bold red" if self.killer.startswith(("CREDENTIAL", "SILENT")) else "bold"
+            loud = "bold red" if self.killer.startswith(("CREDENTIAL", "SILENT", "NOT ARMED")) else "bold"
             out.print(f"[bold]killer[/]    [{loud}]{escape(self.killer)}[/]")
         t = self.tunnel
         if t is not None:
@@ -148,9 +148,10 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         if "server" in stale:  # gone, and not by gpu-rent stop (which forgets it): tell how, once
             vm_end.settle(settings.runtime_dir, conn or connect(settings), state.resources["server"])
         for key in (k for k in stale if k in cloud.VOLUME_KEYS):  # said once: the state forgets it below
-            lost = "; what it held (models, outputs) is not on the new one" if key == "data_volume" else ""
+            anew = ("an empty one; what it held (models, outputs) is not on it" if key == "data_volume"
+                    else "a new one from the image (SwarmUI is installed again)")  # fmt: skip
             say(f"the {key.replace('_', ' ')} {state.resources[key]} is gone from the cloud (deleted outside "
-                f"gpu-rent): the next up makes an empty one{lost}")  # fmt: skip
+                f"gpu-rent): the next up makes {anew}")  # fmt: skip
         if phase != state.phase or stale or (server and state.resources.get("server") != server.id):
             state.move_to(phase, f"reconciled by status: {why}")
             for key in stale:

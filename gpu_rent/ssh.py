@@ -155,6 +155,9 @@ def _client_keys(key: Path) -> list | None:
         raise SshError(f"GPU_RENT_SSH_KEY={key}: cannot read it ({e.strerror})") from None
 
 
+AGENT_TIMEOUT = 5.0  # seconds the SSH agent has to list its keys
+
+
 def check_login_key(key: Path, public_text: str) -> None:
     """Refuse (SshError), before anything is rented, a key the VM's login would refuse: the VM gets the .pub, and
     a login that fails after the create leaves a server billing with no idle-killer (it is armed over SSH).
@@ -170,6 +173,11 @@ def check_login_key(key: Path, public_text: str) -> None:
             raise SshError(f"GPU_RENT_SSH_KEY={key}: the key and {key}.pub are not one pair ({pair})")
         return
     held = asyncio.run(_agent_keys())
+    if held is None and key.is_file():  # locked: _client_keys let it through for an agent that is not there
+        raise SshError(
+            f"GPU_RENT_SSH_KEY={key} needs a passphrase and the SSH agent (SSH_AUTH_SOCK) does not answer: "
+            f"start one and add the key to it (ssh-add {key})"
+        )
     if held is None:
         raise SshError(f"GPU_RENT_SSH_KEY={key}: {key} not found, and no SSH agent to hold it")
     if public.public_data not in held:
@@ -180,10 +188,14 @@ async def _agent_keys() -> set[bytes] | None:
     """The public halves the SSH agent holds; None when no agent answers."""
     if not os.environ.get("SSH_AUTH_SOCK") and os.name != "nt":
         return None
-    try:
+
+    async def ask() -> set[bytes]:
         async with asyncssh.connect_agent() as agent:
             return {k.public_data for k in await agent.get_keys()}
-    except (OSError, asyncssh.Error, ValueError):
+
+    try:  # an agent that takes the connection and never answers must not hold up up or doctor
+        return await asyncio.wait_for(ask(), AGENT_TIMEOUT)
+    except (OSError, asyncssh.Error, ValueError, TimeoutError):
         return None
 
 

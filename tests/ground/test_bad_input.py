@@ -142,6 +142,10 @@ CASES = [
          r"error: gpu-rent\.vars:\d+: OPERATOR_CIDR=my-laptop is not an IP network "
          r"\(auto, or an IP address or network such as 203\.0\.113\.7/32\)",
          vars={"OPERATOR_CIDR": "my-laptop"}),
+    Case("vars: OPERATOR_CIDR of every address", UP, 2,
+         r"error: gpu-rent\.vars: OPERATOR_CIDR=0\.0\.0\.0/0 is every address: SSH open to the world is refused "
+         r"\(auto, or your address such as 203\.0\.113\.7/32\)",
+         vars={"OPERATOR_CIDR": "0.0.0.0/0"}),
     Case("vars: duplicated key", UP, 2,
          r"error: gpu-rent\.vars:<n>: FLAVOR is given twice \(lines \d+ and <n>\)",
          vars_lines="FLAVOR=gpu.l4.1\n"),

@@ -101,10 +101,6 @@ BAD = [
     ("bad bool", V + "PULL_OUTPUT=maybe\n", CLOUD_ENV, "gpu-rent.vars:4", "PULL_OUTPUT=maybe", "yes/no"),
     ("bad cidr", V + "OPERATOR_CIDR=10.0.0.300/24\n", CLOUD_ENV, "gpu-rent.vars:4", "OPERATOR_CIDR",
      "is not an IP network"),
-    ("cidr of every address", V + "OPERATOR_CIDR=0.0.0.0/0\n", CLOUD_ENV, "gpu-rent.vars:4", "OPERATOR_CIDR",
-     "is every address: SSH open to the world is refused"),
-    ("ipv6 cidr of every address", V + "OPERATOR_CIDR=::/0\n", CLOUD_ENV, "gpu-rent.vars:4", "OPERATOR_CIDR",
-     "is every address"),
     ("subnet not ipv4", V + "SUBNET_CIDR=fd00::/64\n", CLOUD_ENV, "gpu-rent.vars:4", "SUBNET_CIDR", "IPv4"),
     ("subnet too small", V + "SUBNET_CIDR=10.1.2.0/30\n", CLOUD_ENV, "gpu-rent.vars:4", "SUBNET_CIDR", "too small"),
     ("negative price", V + "PRICE_PER_HOUR=-1\n", CLOUD_ENV, "gpu-rent.vars:4", "PRICE_PER_HOUR", "out of range"),
@@ -387,12 +383,22 @@ def test_bool_rejects_other_forms(tmp_path: Path, raw: str) -> None:
         ("AUTO", "auto"),
         ("203.0.113.7", "203.0.113.7/32"),
         ("203.0.113.7/24", "203.0.113.0/24"),
+        ("0.0.0.0/0", "0.0.0.0/0"),  # loaded, so stop and status work; up refuses it (resolved_operator_cidr)
         ("2001:db8::1", "2001:db8::1/128"),
         ("2001:db8::1/48", "2001:db8::/48"),
     ],
 )
 def test_operator_cidr_normalised(tmp_path: Path, raw: str, expected: str) -> None:
     assert load(make_project(tmp_path, V + f"OPERATOR_CIDR={raw}\n")).operator_cidr == expected
+
+
+@pytest.mark.parametrize("raw", ["0.0.0.0/0", "::/0"])
+def test_up_refuses_an_operator_cidr_of_every_address(tmp_path: Path, raw: str) -> None:
+    settings = load(make_project(tmp_path, V + f"OPERATOR_CIDR={raw}\n"))
+    with pytest.raises(ConfigError) as caught:
+        settings.resolved_operator_cidr()
+    assert str(caught.value).startswith(f"gpu-rent.vars: OPERATOR_CIDR={raw} is every address: SSH open to the world")
+    assert caught.value.key == "OPERATOR_CIDR"
 
 
 def test_operator_cidr_auto_is_the_public_address_on_the_route_to_keystone(tmp_path: Path, monkeypatch) -> None:

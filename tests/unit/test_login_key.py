@@ -80,3 +80,24 @@ def test_a_locked_key_passes_once_the_agent_holds_it(tmp_path, agent):
     subprocess.run(["ssh-add", "-q", str(key)], check=True, env={**os.environ, "SSH_AUTH_SOCK": str(agent)})
     subprocess.run(["ssh-keygen", "-q", "-p", "-P", "", "-N", "s3cret pass", "-f", str(key)], check=True)
     check_login_key(key, public(key))
+
+
+def test_a_locked_key_with_an_agent_that_does_not_answer_says_so(tmp_path, monkeypatch):
+    key = keygen(tmp_path / "key", passphrase="s3cret pass")
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "no-agent.sock"))
+    with pytest.raises(SshError, match=r"needs a passphrase and the SSH agent \(SSH_AUTH_SOCK\) does not answer"):
+        check_login_key(key, public(key))
+
+
+def test_an_agent_that_never_answers_is_given_up_on(tmp_path, monkeypatch):
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "mute.sock"))
+    sock.listen()  # takes the connection, never says a word
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "mute.sock"))
+    monkeypatch.setattr("gpu_rent.ssh.AGENT_TIMEOUT", 0.5)
+    key = keygen(tmp_path / "key")
+    with pytest.raises(SshError, match="not found, and no SSH agent to hold it"):
+        check_login_key(tmp_path / "gone", public(key))
+    sock.close()

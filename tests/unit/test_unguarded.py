@@ -26,12 +26,15 @@ def test_status_says_a_killer_armed_for_the_vm_before_guards_nothing_here():
 
 @pytest.mark.parametrize(
     ("created", "armed", "server", "said"),
-    [(True, False, "s1", True), (True, True, "s1", False), (False, False, "s1", False), (True, False, None, False)],
-    ids=["created-unarmed", "created-armed", "found-not-created", "nothing-created-yet"],
-)
+    [(True, False, "s1", True), (True, True, "s1", False), (False, False, "s1", False), (True, False, None, False),
+     (True, False, "s0", False)],
+    ids=["created-unarmed", "created-armed", "found-not-created", "nothing-created-yet", "only-the-vm-before"],
+)  # fmt: skip
 def test_up_names_a_server_it_created_and_left_without_a_killer(created, armed, server, said):
+    """s0: the VM before (the idle-killer deleted it overnight), still in the state when this up failed before
+    its create: nothing bills, nothing is said."""
     state = State(resources={"server": server} if server else {})
-    warning = unguarded(state, "proj-vm", created=created, armed=armed)
+    warning = unguarded(state, "proj-vm", created=created, armed=armed, before="s0")
     assert (warning is not None) == said
     if said:
         assert warning.startswith("server proj-vm bills by the hour and no idle-killer is armed on it yet")
