@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
 
-from gpu_rent import llm_models, seed_list, swarmui_versions
+from gpu_rent import llm_models, seed_list, swarmui_versions, text_file
 from gpu_rent.config_error import ConfigError
 
 if TYPE_CHECKING:
@@ -368,14 +368,13 @@ def check_vars_text(text: str) -> None:
 
 
 def _read_vars(project_dir: Path) -> dict[str, Any]:
-    path = project_dir / VARS_FILE
-    if not path.is_file():
+    try:
+        text = text_file.read(project_dir / VARS_FILE)
+    except text_file.Unreadable as e:
+        raise ConfigError(VARS_FILE, e.problem, line=e.line) from None
+    if text is None:
         hint = "run gpu-rent in a project folder, or pass --project"
         raise ConfigError(VARS_FILE, f"not found in {project_dir} ({hint})")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(VARS_FILE, f"cannot read: {exc}") from None
     return _values_of(_read_lines(text))
 
 
@@ -445,13 +444,12 @@ _CLOUD_OVERRIDES = {"OS_REGION_NAME": "region_name", "OS_INTERFACE": "interface"
 
 def _read_env(project_dir: Path) -> dict[str, str] | None:
     """The .env file's values, or None when there is no .env; nothing is put into os.environ."""
-    path = project_dir / ENV_FILE
-    if not path.exists():
-        return None
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(ENV_FILE, f"cannot read: {exc}") from None
+        text = text_file.read(project_dir / ENV_FILE)
+    except text_file.Unreadable as e:
+        raise ConfigError(ENV_FILE, e.problem, line=e.line) from None
+    if text is None:
+        return None
     # python-dotenv skips a line it cannot parse (an unmatched quote, a stray word) with a warning of its own:
     # the command would go on without that value, so it is refused here, like a bad line in gpu-rent.vars.
     first_line: dict[str, int] = {}

@@ -208,6 +208,45 @@ def test_missing_env_file_without_environment_auth(tmp_path: Path) -> None:
     assert "OS_CLOUD" in message
 
 
+def _not_a_file(project: Path, name: str, kind: str) -> None:
+    path = project / name
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.symlink_to(project / "nowhere")
+
+
+@pytest.mark.timeout(20)  # before: the FIFO blocked the read forever, /dev/zero filled the memory
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX: FIFOs and /dev/zero")
+@pytest.mark.parametrize("name", ["gpu-rent.vars", ".env"])
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("fifo", "is a named pipe (FIFO), not a file"),
+        ("device", "is a device, not a file"),
+        ("directory", "is a directory, not a file"),
+        ("dangling", "is a symlink to {project}/nowhere, which is not there"),
+    ],
+)
+def test_a_settings_file_that_is_no_regular_file_is_named_for_what_it_is(tmp_path, name, kind, said) -> None:
+    project = make_project(tmp_path)
+    _not_a_file(project, name, kind)
+    assert load_error(project) == f"{name}: {said.format(project=project)}"
+
+
+@pytest.mark.parametrize("name", ["gpu-rent.vars", ".env"])
+def test_a_settings_file_over_a_mebibyte_is_refused_unread(tmp_path, name) -> None:
+    project = make_project(tmp_path)
+    with (project / name).open("a") as f:
+        f.write(("#" * 1023 + "\n") * 1024)
+    assert load_error(project) == f"{name}: is larger than 1 MiB: far more than this file ever holds"
+
+
 # --- good input -----------------------------------------------------------------------------------------------------
 
 
