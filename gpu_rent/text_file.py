@@ -16,6 +16,8 @@ from pathlib import Path
 # every file read here is a few KiB; a megabyte is a mistake (a model or a log saved under the name), not settings
 LIMIT = 1024 * 1024
 _LIMIT_SHOWN = "1 MiB"
+# Windows editors (Notepad until 2019) start UTF-8 files with it; it is no part of the first line
+_BOM = b"\xef\xbb\xbf"
 
 
 class Unreadable(ValueError):
@@ -39,7 +41,7 @@ def _kind(mode: int) -> str:
 
 
 def read(path: Path) -> str | None:
-    """The text of path as UTF-8, or None when nothing at all is there by that name.
+    """The text of path as UTF-8 (a leading BOM dropped), or None when nothing at all is there by that name.
 
     Anything else that is not a regular file of at most LIMIT bytes of UTF-8 raises Unreadable: a symlink to
     nothing is a mistake to say, not a file to take as absent.
@@ -68,7 +70,7 @@ def read(path: Path) -> str | None:
         raise Unreadable(f"cannot be read ({e.strerror or type(e).__name__})") from None
     if len(data) > LIMIT:
         raise Unreadable(f"is larger than {_LIMIT_SHOWN}: far more than this file ever holds")
-    return _decoded(data)
+    return _decoded(data.removeprefix(_BOM))
 
 
 def _decoded(data: bytes) -> str:

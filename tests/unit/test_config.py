@@ -281,6 +281,14 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.idle_llm is True and settings.llm_models == []
 
 
+def test_a_byte_order_mark_that_windows_editors_write_is_no_part_of_the_first_key(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    for name, text in (("gpu-rent.vars", MINIMAL_VARS), (".env", CLOUD_ENV)):
+        (project / name).write_text(text, encoding="utf-8-sig")
+    settings = load(project)
+    assert (settings.pool, settings.cloud.cloud) == ("ru-7a", "test")
+
+
 def test_keys_table_matches_settings_fields() -> None:
     names = {f.lower() for f in KEYS}
     fields = set(Settings.__dataclass_fields__)
