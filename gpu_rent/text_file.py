@@ -77,4 +77,6 @@ def _decoded(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise Unreadable(f"cannot be read: {e}") from None
+        # the line, as str.splitlines counts them, rather than Python's byte offset; the byte is not shown (.env)
+        before = data[: e.start].decode("utf-8")
+        raise Unreadable("is not UTF-8 text (save it as UTF-8)", line=len((before + "x").splitlines())) from None

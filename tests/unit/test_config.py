@@ -289,6 +289,13 @@ def test_a_byte_order_mark_that_windows_editors_write_is_no_part_of_the_first_ke
     assert (settings.pool, settings.cloud.cloud) == ("ru-7a", "test")
 
 
+@pytest.mark.parametrize(("name", "text"), [("gpu-rent.vars", MINIMAL_VARS), (".env", CLOUD_ENV)], ids=["vars", "env"])
+def test_a_byte_that_is_not_utf8_is_told_by_its_line_and_never_shown(tmp_path: Path, name: str, text: str) -> None:
+    project = make_project(tmp_path)
+    (project / name).write_bytes(text.encode() + b"# caf\xe9\nIMAGE=x\n")
+    assert load_error(project) == f"{name}:4: is not UTF-8 text (save it as UTF-8)"
+
+
 def test_keys_table_matches_settings_fields() -> None:
     names = {f.lower() for f in KEYS}
     fields = set(Settings.__dataclass_fields__)
