@@ -459,6 +459,7 @@ def _read_env(project_dir: Path) -> dict[str, str] | None:
             raise _unreadable_env_line(binding.original.string, line)
         if binding.key is None:
             continue
+        _check_env_key(binding.key, binding.value, line)
         if binding.key in first_line:  # the last would win silently: which password is meant is not ours to guess
             raise ConfigError(
                 ENV_FILE,
@@ -471,16 +472,35 @@ def _read_env(project_dir: Path) -> dict[str, str] | None:
     raw = dotenv_values(stream=io.StringIO(text), interpolate=False)
     values: dict[str, str] = {}
     for key, value in raw.items():
-        if not (key.startswith("OS_") or key in ENV_KEYS):
-            raise ConfigError(
-                ENV_FILE, f"unknown key {key} (allowed: OS_* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN)", key=key
-            )
-        if value is None:
-            raise ConfigError(ENV_FILE, f"{key} has no value (expected {key}=VALUE)", key=key)
         # Empty means unset; otherwise kept exactly, since a quoted password may well start with a space.
-        if value.strip():
+        if value is not None and value.strip():
             values[key] = value
     return values
+
+
+# What a .env key may be shown as: a name as environment variables have them, upper case (every key .env takes
+# is). A token pasted on a line of its own (civitai_8f3e..., base64, hex) is lower or mixed case, and python-dotenv
+# takes it for a key: a key of any other shape is not shown, lest the secret be printed as "unknown key <secret>".
+_ENV_KEY_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_ENV_KEYS_ALLOWED = "allowed: OS_* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN"
+_NOT_KEY_VALUE = "line is not KEY=VALUE (its text is not shown: .env holds secrets)"
+
+
+def _check_env_key(key: str, value: str | None, line: int) -> None:
+    allowed = bool(_ENV_KEY_NAME.fullmatch(key)) and (key.startswith("OS_") or key in ENV_KEYS)
+    if value is None and allowed:
+        raise ConfigError(ENV_FILE, f"{key} has no value (expected {key}=VALUE)", line=line, key=key)
+    if value is None:  # a word alone on its line (no '='): the likeliest a pasted secret, never shown
+        raise ConfigError(ENV_FILE, _NOT_KEY_VALUE, line=line)
+    if allowed:
+        return
+    if _ENV_KEY_NAME.fullmatch(key):
+        raise ConfigError(ENV_FILE, f"unknown key {key} ({_ENV_KEYS_ALLOWED})", line=line, key=key)
+    raise ConfigError(
+        ENV_FILE,
+        f"unknown key, not shown as it is no upper-case name (.env holds secrets; {_ENV_KEYS_ALLOWED})",
+        line=line,
+    )
 
 
 def _first_line_of(original) -> int:
@@ -492,12 +512,12 @@ def _first_line_of(original) -> int:
 def _unreadable_env_line(original: str, line: int) -> ConfigError:
     # .env holds secrets: the message names the key at most, never the value.
     match = re.match(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*=", original)
-    if match:
+    if match and _ENV_KEY_NAME.fullmatch(match[1]):
         key = match[1]
         return ConfigError(
             ENV_FILE, f"{key}= has a value that cannot be read (an unmatched quote?)", line=line, key=key
         )
-    return ConfigError(ENV_FILE, "line is not KEY=VALUE (its text is not shown: .env holds secrets)", line=line)
+    return ConfigError(ENV_FILE, _NOT_KEY_VALUE, line=line)
 
 
 def _merged_env(file_env: dict[str, str] | None, environ: Mapping[str, str]) -> dict[str, str]:

@@ -132,9 +132,9 @@ BAD = [
     ("bad llm switch", V + "IDLE_LLM=sometimes\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_LLM=sometimes", "yes/no"),
     ("llm port is swarmui's", V + "LLM_RUNTIME=ollama\nLLM_LOCAL_PORT=17801\n", CLOUD_ENV, "gpu-rent.vars:5",
      "LLM_LOCAL_PORT=17801", "is LOCAL_PORT too: SwarmUI and the LLM runtime need a port each on this machine"),
-    ("unknown env key", V, CLOUD_ENV + "AWS_SECRET=x\n", ".env", "AWS_SECRET",
+    ("unknown env key", V, CLOUD_ENV + "AWS_SECRET=x\n", ".env:4", "AWS_SECRET",
      "unknown key AWS_SECRET (allowed: OS_* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN)"),
-    ("env key without value", V, CLOUD_ENV + "GPU_RENT_SSH_KEY\n", ".env", "GPU_RENT_SSH_KEY", "has no value"),
+    ("env key without value", V, CLOUD_ENV + "GPU_RENT_SSH_KEY\n", ".env:4", "GPU_RENT_SSH_KEY", "has no value"),
     ("env line that is no setting", V, CLOUD_ENV + "\n\n  this is not a setting\n", ".env:6", "KEY=VALUE",
      "line is not KEY=VALUE"),
     ("env unmatched quote", V, "OS_CLOUD='test\nOS_CLIENT_CONFIG_FILE=clouds.yaml\n", ".env:1", "OS_CLOUD=",
@@ -180,6 +180,28 @@ def test_an_unreadable_env_line_never_shows_its_value(tmp_path: Path) -> None:
     # python-dotenv alone would skip the line with a warning, and the command would go on without it
     project = make_project(tmp_path, env_text=CLOUD_ENV + f'OS_PASSWORD="{PASSWORD}\n')
     assert load_error(project) == ".env:4: OS_PASSWORD= has a value that cannot be read (an unmatched quote?)"
+
+
+TOKEN = "civitai_8f3e9a7b6c5d4e3f2a1b"
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (TOKEN, "line is not KEY=VALUE (its text is not shown: .env holds secrets)"),
+        ("8F3E9A7B6C5D4E3F2A1B", "line is not KEY=VALUE (its text is not shown: .env holds secrets)"),
+        (f"{TOKEN}=", "unknown key, not shown as it is no upper-case name (.env holds secrets; allowed: OS_*"),
+        ("dGhpcyBpcyBhIHNlY3JldA==", "unknown key, not shown as it is no upper-case name"),
+        (f"{TOKEN}='x", "line is not KEY=VALUE (its text is not shown: .env holds secrets)"),
+    ],
+    ids=["alone", "upper-case alone", "before =", "base64", "unmatched quote"],
+)
+def test_a_secret_pasted_on_an_env_line_of_its_own_is_never_shown(tmp_path: Path, line: str, said: str) -> None:
+    # twice: "given twice" must not show it either
+    project = make_project(tmp_path, env_text=CLOUD_ENV + f"\n{line}\n{line}\n")
+    message = load_error(project)
+    assert message.startswith(f".env:5: {said}"), message
+    assert TOKEN not in message and "8F3E" not in message and "dGhp" not in message
 
 
 def test_missing_vars_file(tmp_path: Path) -> None:
