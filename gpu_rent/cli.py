@@ -119,7 +119,7 @@ def _fail(e: Exception) -> typer.Exit:
         error(str(e))
         return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
     if isinstance(e, cloud_errors()):
-        error(f"the cloud refused or failed a request: {' '.join(str(e).split())[:400]}")
+        error(f"the cloud refused or failed a request: {config.masked(' '.join(str(e).split()))[:400]}")
         return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
     if isinstance(e, OperationFailed):
         if e.canceled:

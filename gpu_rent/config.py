@@ -352,13 +352,14 @@ def value_problem(key: str, raw: str) -> str | None:
     try:
         _PARSERS[key](value)
     except _Bad as bad:
-        return f"{key}={_shown(value)} {bad} ({spec.kind})"
+        return f"{key}={masked(value)} {bad} ({spec.kind})"
     return None
 
 
-def _shown(value: str) -> str:
-    """A refused value as an error line may show it: a URL's user:secret@ never (the line may be logged)."""
-    return re.sub(r"(://)[^/\s@]*@", r"\1***@", value)
+def masked(text: str) -> str:
+    """text as an output line may show it: a URL's user:secret@ never (the line may be logged), but ***@. Up to the
+    last @ before a space or the end: a password may hold @ or /, and to hide a host too is the lesser harm."""
+    return re.sub(r"(://)\S*@", r"\1***@", text)
 
 
 def check_vars_text(text: str) -> None:
@@ -391,7 +392,7 @@ def _values_of(found: dict[str, tuple[str, int]]) -> dict[str, Any]:
         try:
             values[key] = _PARSERS[key](raw)
         except _Bad as bad:
-            raise ConfigError(VARS_FILE, f"{key}={_shown(raw)} {bad} ({spec.kind})", line=line, key=key) from None
+            raise ConfigError(VARS_FILE, f"{key}={masked(raw)} {bad} ({spec.kind})", line=line, key=key) from None
     _ports_apart(values, found)
     _release_fits(values, found)
     return values
@@ -407,7 +408,7 @@ def _release_fits(values: dict[str, Any], found: dict[str, tuple[str, int]]) -> 
         return
     raise ConfigError(
         VARS_FILE,
-        f"LLM_RELEASE_URL={_shown(url)} is not a {_RELEASE_SUFFIX[runtime]}: LLM_RUNTIME={runtime}'s release is one",
+        f"LLM_RELEASE_URL={masked(url)} is not a {_RELEASE_SUFFIX[runtime]}: LLM_RUNTIME={runtime}'s release is one",
         line=found["LLM_RELEASE_URL"][1] if "LLM_RELEASE_URL" in found else None,
         key="LLM_RELEASE_URL",
     )
@@ -559,7 +560,7 @@ class CloudAuth:
         if self.cloud:
             file = str(self.config_file) if self.config_file else None
             return f"CloudAuth(cloud={self.cloud!r}, config_file={file!r})"
-        return f"CloudAuth(auth_url={dict(self.options).get('auth_url')!r})"
+        return f"CloudAuth(auth_url={masked(str(dict(self.options).get('auth_url')))!r})"
 
     def openstack_config(self) -> openstack.config.OpenStackConfig:
         # imported here: the vars plugin loads this module in every ansible-playbook the CLI starts, and
@@ -602,7 +603,7 @@ class CloudAuth:
         """Short human text, e.g. `cloud "ground" (http://127.0.0.1:5000/v3), project gpu-rent`."""
         auth = self.region().config["auth"]
         head = f'cloud "{self.cloud}"' if self.cloud else "OS_AUTH_URL"
-        text = f"{head} ({auth.get('auth_url')})"
+        text = f"{head} ({masked(str(auth.get('auth_url')))})"  # a URL may carry user:password@
         project = auth.get("project_name") or auth.get("project_id")
         return f"{text}, project {project}" if project else text
 
@@ -628,7 +629,8 @@ def _cloud_auth(
         try:
             auth.region()
         except _config_errors() as exc:
-            raise ConfigError(_source("OS_AUTH_URL", file_env), f"OS_* cloud auth: {exc}", key="OS_AUTH_URL") from None
+            said = masked(" ".join(str(exc).split()))  # openstacksdk's errors quote the auth URL
+            raise ConfigError(_source("OS_AUTH_URL", file_env), f"OS_* cloud auth: {said}", key="OS_AUTH_URL") from None
         return auth
     raise ConfigError(
         ENV_FILE,
@@ -659,7 +661,8 @@ def _named_cloud(
     try:
         config = auth.openstack_config()
     except Exception as exc:  # a malformed clouds.yaml surfaces as YAML, JSON or OS errors
-        raise ConfigError(where, f"OS_CLOUD={name}: cannot read clouds.yaml: {exc}", key="OS_CLOUD") from None
+        said = masked(" ".join(str(exc).split()))
+        raise ConfigError(where, f"OS_CLOUD={name}: cannot read clouds.yaml: {said}", key="OS_CLOUD") from None
     if name not in config.get_cloud_names():
         read = config.config_filename or "any clouds.yaml"
         known = ", ".join(sorted(config.get_cloud_names())) or "none"
@@ -667,7 +670,7 @@ def _named_cloud(
     try:
         auth.region()
     except _config_errors() as exc:
-        raise ConfigError(where, f"OS_CLOUD={name}: {exc}", key="OS_CLOUD") from None
+        raise ConfigError(where, f"OS_CLOUD={name}: {masked(' '.join(str(exc).split()))}", key="OS_CLOUD") from None
     return auth
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_rent import cloud, stop_head_start, stopped_bill, swarmui_versions, token_cache, up_head_start, vm_end
-from gpu_rent.config import ENV_FILE, VARS_FILE, ConfigError, Settings, resource_names
+from gpu_rent.config import ENV_FILE, VARS_FILE, ConfigError, Settings, masked, resource_names
 from gpu_rent.runner import PlaybookResult, Progress, end_orphans, run_playbook
 from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateStore
 
@@ -54,7 +54,7 @@ def connect(settings: Settings):
 
 
 def _short(e: Exception) -> str:
-    text = " ".join(str(e).split())
+    text = masked(" ".join(str(e).split()))  # openstacksdk's errors quote the auth URL
     return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
 
 

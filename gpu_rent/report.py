@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpu_rent import cloud, cloud_http, cloud_route, killer_view, stopped_bill, swarmui_versions, tunnel_record, vm_end
-from gpu_rent.config import ConfigError, Settings, resource_names
+from gpu_rent.config import ConfigError, Settings, masked, resource_names
 from gpu_rent.rental import check_ssh_key, connect, load_state
 from gpu_rent.state import Phase, StateLocked, StateStore
 
@@ -263,7 +263,8 @@ def doctor_checks(settings: Settings) -> list[Check]:
         conn.authorize()
         checks.append(Check("auth", True, settings.cloud.describe()))
     except Exception as e:  # every kind of auth failure is reported the same way
-        checks.append(Check("auth", False, f"{settings.cloud.describe()}: {type(e).__name__}: {str(e)[:200]}"))
+        said = masked(str(e))[:200]  # masked before it is cut: a cut password no longer ends in @
+        checks.append(Check("auth", False, f"{settings.cloud.describe()}: {type(e).__name__}: {said}"))
         return checks
     catalog = {entry["type"] for entry in conn.service_catalog}
     for stype in ("compute", "network", "image"):

@@ -17,7 +17,7 @@ from pathlib import Path
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
 
-from gpu_rent.config import CloudAuth, ConfigError
+from gpu_rent.config import CloudAuth, ConfigError, masked
 from gpu_rent.rental import CloudUnreachable
 
 WHERE = "setup"
@@ -227,7 +227,7 @@ def check_cloud(cloud: str | None, clouds_yaml: Path | None) -> CloudAuth:
 
 def _one_line(error: Exception, secrets: list[str]) -> str:
     """An outside error's text on one line, with any secret it might quote blanked out."""
-    text = " ".join(str(error).split())
+    text = masked(" ".join(str(error).split()))  # openstacksdk's errors quote the auth URL
     for secret in secrets:
         text = text.replace(secret, "***")
     return text[:300]
@@ -249,13 +249,15 @@ def check_login(login: Login) -> CloudAuth:
         if value and _CONTROL.search(value):
             raise _refuse(f"{option or env_key} holds a control character (a line break?)")
     if not HTTP_URL.fullmatch(login.auth_url):
-        raise _refuse(f"--auth-url {login.auth_url}: not an http(s) URL (e.g. https://keystone.example.com:5000/v3)")
+        raise _refuse(
+            f"--auth-url {masked(login.auth_url)}: not an http(s) URL (e.g. https://keystone.example.com:5000/v3)"
+        )
     options = {k[3:].lower(): v for k, v in login.env().items()}  # what config's OS_AUTH_URL branch passes on
     auth = CloudAuth(options=tuple(sorted(options.items())))
     try:
         auth.region()
     except Exception as e:
-        raise _refuse(f"--auth-url {login.auth_url}: {_one_line(e, login.secrets())}") from None
+        raise _refuse(f"--auth-url {masked(login.auth_url)}: {_one_line(e, login.secrets())}") from None
     return auth
 
 
@@ -267,7 +269,7 @@ def check_auth(cloud: str | None, clouds_yaml: Path | None, login: Login | None)
 
 
 def _who(auth: CloudAuth) -> str:
-    return f"cloud {auth.cloud!r}" if auth.cloud else f"Keystone at {dict(auth.options).get('auth_url')}"
+    return f"cloud {auth.cloud!r}" if auth.cloud else f"Keystone at {masked(str(dict(auth.options).get('auth_url')))}"
 
 
 def login(auth: CloudAuth):

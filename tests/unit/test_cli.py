@@ -96,6 +96,19 @@ def test_an_unreachable_cloud_is_the_only_line(project, command):
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the cloud"), result.output
 
 
+@pytest.mark.parametrize("command", [["doctor"], ["dry-run"], ["status"]])
+def test_a_password_in_the_auth_url_never_reaches_the_output(project, command):
+    # openstacksdk's own errors quote the URL as given: both what gpu-rent says and what it quotes are masked
+    (project / ".env").write_text(
+        "OS_AUTH_URL=http://user:URLSECRET@127.0.0.1:9/v3\nOS_USERNAME=u\nOS_PASSWORD=pw\nOS_PROJECT_NAME=p\n"
+        f"OS_USER_DOMAIN_NAME=Default\nOS_PROJECT_DOMAIN_NAME=Default\nGPU_RENT_SSH_KEY={project / 'key'}\n"
+    )
+    result = runner.invoke(app, [*command, "-p", str(project)])
+    assert result.exit_code == 4, result.output
+    assert "http://***@127.0.0.1:9/v3" in result.output
+    assert "URLSECRET" not in result.output
+
+
 def test_the_cli_s_modules_load_no_sdk_until_a_command_uses_it():
     """openstacksdk's import alone is a third of a second (keystoneauth and requests with it): what the CLI imports
     to start must not load them, or status pays it even when it reads the cloud without them."""

@@ -561,6 +561,18 @@ def test_cloud_auth_from_os_variables(tmp_path: Path) -> None:
     assert "http://127.0.0.1:5999/v3" in repr(cloud)
 
 
+def test_an_auth_url_is_shown_without_its_user_and_password(tmp_path: Path) -> None:
+    env = f"OS_AUTH_URL=http://me:{PASSWORD}@127.0.0.1:5999/v3\nOS_USERNAME=u\nOS_PASSWORD=pw\nOS_PROJECT_ID=p\n"
+    cloud = load(make_project(tmp_path, env_text=env)).cloud
+    assert cloud.describe() == "OS_AUTH_URL (http://***@127.0.0.1:5999/v3), project p"
+    assert repr(cloud) == "CloudAuth(auth_url='http://***@127.0.0.1:5999/v3')"
+    # up to the last @: a password may hold @ and /, which URLs should escape and people do not
+    assert (
+        config.masked("to http://me:p@ss/w@127.0.0.1:9/v3/auth: refused")
+        == "to http://***@127.0.0.1:9/v3/auth: refused"
+    )
+
+
 def test_password_auth_from_os_variables(tmp_path: Path) -> None:
     env = (
         "OS_AUTH_URL=http://127.0.0.1:5999/v3\nOS_USERNAME=u\n"

@@ -110,3 +110,12 @@ def test_the_command_refuses_a_restricted_credential_exit_2_one_line_nothing_wri
     )
     assert SECRET not in result.output and conn.closed
     assert not project.exists()
+
+
+def test_a_login_refused_never_shows_a_password_in_the_auth_url():
+    options = {"auth_url": "http://u:URLSECRET@127.0.0.1:9/v3", "username": "u", "password": "pw", "project_name": "p"}
+    auth = setup_login.CloudAuth(options=tuple(sorted(options.items())))
+    with pytest.raises(setup_login.CloudUnreachable) as caught:
+        setup_login.login(auth)  # nothing answers on port 9: openstacksdk's error quotes the URL
+    assert str(caught.value).startswith("Keystone at http://***@127.0.0.1:9/v3 refused the login")
+    assert "URLSECRET" not in str(caught.value) and "http://***@127.0.0.1:9/v3/auth/tokens" in str(caught.value)
