@@ -744,9 +744,13 @@ class Settings:
         key = self.ssh_key
         public = key.with_name(key.name + ".pub")
         prefix = f"GPU_RENT_SSH_KEY={key}"
+        try:
+            text = text_file.read(public)
+        except text_file.Unreadable as e:  # one line of ASCII when it is a key: a line number would add nothing
+            raise ConfigError(ENV_FILE, f"{prefix}: {public} {e.problem}") from None
         # An agent-held key (no private file here) is fine as long as the .pub is present.
-        if public.is_file():
-            text = public.read_text(encoding="utf-8").strip()
+        if text is not None:
+            text = text.strip()
             if not text:
                 raise ConfigError(ENV_FILE, f"{prefix}: {public} is empty (ssh-keygen -y -f {key} > {public})")
             return text

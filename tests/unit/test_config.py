@@ -6,6 +6,7 @@ It stays one file past 500 lines, as config.py does: one test group per key, bes
 import ipaddress
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -684,6 +685,42 @@ def test_ssh_public_key_read(tmp_path: Path) -> None:
     Path(f"{s.ssh_key}.pub").write_text("ssh-ed25519 AAAAC3Nz me@laptop\n")
     assert s.ssh_public_key() == "ssh-ed25519 AAAAC3Nz me@laptop"
     assert s.ansible_vars()["gpu_rent_ssh_public_key"] == "ssh-ed25519 AAAAC3Nz me@laptop"
+
+
+def _pub_problem(tmp_path: Path) -> tuple[Settings, Path, Callable[[], str]]:
+    s = load(make_project(tmp_path, env_text=CLOUD_ENV + "GPU_RENT_SSH_KEY=id\n"))
+    public = s.project_dir / "id.pub"
+
+    def problem() -> str:
+        with pytest.raises(ConfigError) as caught:
+            s.ssh_public_key()
+        assert "\n" not in str(caught.value)
+        return str(caught.value)
+
+    return s, public, problem
+
+
+def test_a_pub_key_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) -> None:
+    s, public, problem = _pub_problem(tmp_path)
+    public.write_bytes(b"\xff\xfe\n")  # before: UnicodeDecodeError, a traceback
+    assert problem() == f".env: GPU_RENT_SSH_KEY={s.ssh_key}: {public} is not UTF-8 text (save it as UTF-8)"
+    public.unlink()
+    public.mkdir()  # before: "not found"
+    assert problem() == f".env: GPU_RENT_SSH_KEY={s.ssh_key}: {public} is a directory, not a file"
+
+
+def test_a_pub_key_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path, monkeypatch) -> None:
+    s, public, problem = _pub_problem(tmp_path)
+    public.write_text("ssh-ed25519 AAAAC3Nz me@laptop\n")
+    opened = os.open
+
+    def refused(path, *args, **kwargs):  # as for a file of another user: root, who runs the tests, reads them all
+        if str(path) == str(public):
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refused)
+    assert problem() == f".env: GPU_RENT_SSH_KEY={s.ssh_key}: {public} cannot be read (Permission denied)"
 
 
 def test_push_folders_default_and_a_custom_list(tmp_path: Path) -> None:
