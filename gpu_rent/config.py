@@ -37,6 +37,10 @@ VARS_FILE = "gpu-rent.vars"
 ENV_FILE = ".env"
 RUNTIME_DIR = ".gpu-rent"
 DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
+# Upper bounds far past any real use, so that a slip (a size in MB, a key held down) is refused here and not by the
+# cloud mid-up, and no value overflows a datetime (hold: now + IDLE_MINUTES) or a float later.
+MAX_VOLUME_GB = 65536  # 64 TiB
+MAX_MINUTES = 10 * 365 * 24 * 60  # ten years
 
 
 # --- the settings table ---------------------------------------------------------------------------------------------
@@ -71,10 +75,16 @@ KEYS: dict[str, Key] = {
         None,
         "volume type for the boot and data volumes, e.g. fast.{pool} (empty: the cloud's default)",
     ),
-    "BOOT_VOLUME_GB": Key("GiB, at least 1", 50, "size of the boot volume"),
-    "DATA_VOLUME_GB": Key("GiB, at least 1", 100, "size of the data volume (models, output) that outlives the VM"),
-    "IDLE_MINUTES": Key("minutes, at least 1", 30, "the VM deletes itself after this long with an idle backend"),
-    "IDLE_GRACE_MINUTES": Key("minutes, at least 0", 45, "extra idle allowance right after start-up"),
+    "BOOT_VOLUME_GB": Key(f"GiB, 1..{MAX_VOLUME_GB}", 50, "size of the boot volume"),
+    "DATA_VOLUME_GB": Key(
+        f"GiB, 1..{MAX_VOLUME_GB}", 100, "size of the data volume (models, output) that outlives the VM"
+    ),
+    "IDLE_MINUTES": Key(
+        f"minutes, 1..{MAX_MINUTES} (ten years)", 30, "the VM deletes itself after this long with an idle backend"
+    ),
+    "IDLE_GRACE_MINUTES": Key(
+        f"minutes, 0..{MAX_MINUTES} (ten years)", 45, "extra idle allowance right after start-up"
+    ),
     "IDLE_GPU_PERCENT": Key(
         "a whole number 0..100, or off", 10, "a GPU busier than this (%) is work that keeps the VM; off: not looked at"
     ),
@@ -161,13 +171,16 @@ def _list(raw: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
-def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
+def _whole(low: int, high: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
         # int() alone would also take "1_000" and non-ASCII digits; a settings file should not.
         if not re.fullmatch(r"[+-]?[0-9]+", raw):
             raise _Bad("is not a whole number")
+        # more digits than high has is out of range, and int() refuses over 4300 (a ValueError, not a range)
+        if len(raw.lstrip("+-").lstrip("0")) > len(str(high)):
+            raise _Bad("is out of range")
         value = int(raw)
-        if value < low or (high is not None and value > high):
+        if value < low or value > high:
             raise _Bad("is out of range")
         return value
 
@@ -257,10 +270,10 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "FLAVOR_FALLBACK": _list,
     "IMAGE": _text,
     "VOLUME_TYPE": _matching(r"[^{}]*(\{pool\}[^{}]*)*", "may hold no braces but {pool}"),
-    "BOOT_VOLUME_GB": _whole(1),
-    "DATA_VOLUME_GB": _whole(1),
-    "IDLE_MINUTES": _whole(1),
-    "IDLE_GRACE_MINUTES": _whole(0),
+    "BOOT_VOLUME_GB": _whole(1, MAX_VOLUME_GB),
+    "DATA_VOLUME_GB": _whole(1, MAX_VOLUME_GB),
+    "IDLE_MINUTES": _whole(1, MAX_MINUTES),
+    "IDLE_GRACE_MINUTES": _whole(0, MAX_MINUTES),
     "IDLE_GPU_PERCENT": _off_or(_whole(0, 100)),
     "IDLE_SHELL": _bool,
     "IDLE_LLM": _bool,

@@ -89,11 +89,15 @@ BAD = [
     ("missing required", "POOL=ru-7a\nIMAGE=x\n", CLOUD_ENV, "gpu-rent.vars", "FLAVOR", "is required"),
     ("empty required", "POOL=\nFLAVOR=f\nIMAGE=x\n", CLOUD_ENV, "gpu-rent.vars:1", "POOL", "is required"),
     ("not an integer", V + "BOOT_VOLUME_GB=abc\n", CLOUD_ENV, "gpu-rent.vars:4", "BOOT_VOLUME_GB=abc",
-     "is not a whole number (GiB, at least 1)"),
+     "is not a whole number (GiB, 1..65536)"),
     ("integer with underscore", V + "DATA_VOLUME_GB=1_000\n", CLOUD_ENV, "gpu-rent.vars:4", "DATA_VOLUME_GB",
      "is not a whole number"),
     ("zero volume", V + "BOOT_VOLUME_GB=0\n", CLOUD_ENV, "gpu-rent.vars:4", "BOOT_VOLUME_GB=0", "out of range"),
     ("zero idle minutes", V + "IDLE_MINUTES=0\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_MINUTES", "out of range"),
+    ("idle minutes past ten years", V + "IDLE_MINUTES=5256001\n", CLOUD_ENV, "gpu-rent.vars:4",
+     "IDLE_MINUTES=5256001", "is out of range (minutes, 1..5256000 (ten years))"),
+    ("volume past 64 TiB", V + "DATA_VOLUME_GB=65537\n", CLOUD_ENV, "gpu-rent.vars:4", "DATA_VOLUME_GB",
+     "out of range"),
     ("negative grace", V + "IDLE_GRACE_MINUTES=-1\n", CLOUD_ENV, "gpu-rent.vars:4", "IDLE_GRACE_MINUTES",
      "out of range"),
     ("port too high", V + "LOCAL_PORT=70000\n", CLOUD_ENV, "gpu-rent.vars:4", "LOCAL_PORT=70000",
@@ -168,7 +172,7 @@ def test_bad_config_table_is_big_enough() -> None:
     ("vars_text", "expected"),
     [
         ("POOL=a\nFLAVOR=f\nIMAGE=i\n\n# size\n\nBOOT_VOLUME_GB=abc\n",
-         "gpu-rent.vars:7: BOOT_VOLUME_GB=abc is not a whole number (GiB, at least 1)"),
+         "gpu-rent.vars:7: BOOT_VOLUME_GB=abc is not a whole number (GiB, 1..65536)"),
         ("POOL=a\nIMAGE=i\n", "gpu-rent.vars: FLAVOR is required (the flavor to rent, e.g. FLAVOR=gpu.a100.1)"),
         ("POOL=a\nIMAGE=i\nFLAVOUR=f\n", "gpu-rent.vars:3: unknown key FLAVOUR (did you mean FLAVOR?)"),
     ],
@@ -317,6 +321,14 @@ def test_a_byte_that_is_not_utf8_is_told_by_its_line_and_never_shown(tmp_path: P
     project = make_project(tmp_path)
     (project / name).write_bytes(text.encode() + b"# caf\xe9\nIMAGE=x\n")
     assert load_error(project) == f"{name}:4: is not UTF-8 text (save it as UTF-8)"
+
+
+@pytest.mark.parametrize("key", [key for key in KEYS if key.endswith(("_GB", "_PORT", "_MINUTES", "_PERCENT"))])
+def test_a_whole_number_of_any_length_is_out_of_range_not_a_traceback(tmp_path: Path, key: str) -> None:
+    # int() refuses more than 4300 digits with a ValueError; 400 nines overflowed hold's datetime later
+    for digits in ("9" * 400, "9" * 5000, "0" * 5000 + "7" * 20):
+        message = load_error(make_project(tmp_path, V + f"{key}={digits}\n"))
+        assert message.startswith(f"gpu-rent.vars:4: {key}={digits} is out of range ("), message[:80]
 
 
 def test_keys_table_matches_settings_fields() -> None:
