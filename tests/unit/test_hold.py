@@ -41,6 +41,7 @@ def test_clear_gives_no_hold():
         ({"until": "tomorrow"}, "not an ISO time"),
         ({"minutes": 0}, "a hold lasts at least 1 minute"),
         ({"minutes": -5}, "a hold lasts at least 1 minute"),
+        ({"minutes": 10**12}, "--minutes 1000000000000: a hold lasts 30 days (43200 minutes) at the most"),
         ({"minutes": 10, "until": "2026-11-29T21:30"}, "--minutes and --until do not go together"),
         ({"minutes": 10, "clear": True}, "--minutes and --clear do not go together"),
         ({"minutes": 30 * 24 * 60 + 1}, "a hold lasts 30 days (43200 minutes) at the most"),
