@@ -16,6 +16,7 @@ import math
 import os
 import re
 import socket
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -337,13 +338,28 @@ def _read_lines(text: str) -> dict[str, tuple[str, int]]:
         key, _, value = (part.strip() for part in stripped.partition("="))
         if not key:
             raise ConfigError(VARS_FILE, "line has no key before '=' (expected KEY=VALUE)", line=number)
+        if _has_control(key):  # not shown: an ESC would rewrite the terminal the message is printed on
+            raise ConfigError(
+                VARS_FILE, "line holds a control character before its '=' (expected KEY=VALUE)", line=number
+            )
         if key not in KEYS:
             raise _unknown_key(key, number)
         if key in found:
             first = found[key][1]
             raise ConfigError(VARS_FILE, f"{key} is given twice (lines {first} and {number})", line=number, key=key)
+        if _has_control(value):  # as setup --set refuses it: a NUL or ESC in a name would go on to the cloud
+            raise ConfigError(VARS_FILE, _control_problem(key), line=number, key=key)
         found[key] = (_unquote(key, value, number), number)
     return found
+
+
+def _has_control(text: str) -> bool:
+    """A control character (C0, DEL or C1: NUL, ESC, a line break...): no setting holds one, a terminal obeys it."""
+    return any(unicodedata.category(c) == "Cc" for c in text)
+
+
+def _control_problem(key: str) -> str:
+    return f"{key}: the value holds a line break or another control character"
 
 
 def value_problem(key: str, raw: str) -> str | None:
@@ -353,8 +369,8 @@ def value_problem(key: str, raw: str) -> str | None:
     key = key.upper()
     if key not in KEYS:
         return _unknown_key(key, 0).message
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
-        return f"{key}: the value holds a line break or another control character"
+    if _has_control(raw):
+        return _control_problem(key)
     spec = KEYS[key]
     try:
         value = _unquote(key, raw, 0)
