@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from gpu_rent import text_file
 from gpu_rent.config_error import ConfigError
 
 SEED_FILE = "seed.yml"
@@ -111,14 +112,38 @@ def _model(where: str, raw: Any) -> dict:
 _PARTS = {"extensions": _extension, "autocomplete": _autocomplete, "models": _model}
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice, as llm_models' does: PyYAML alone keeps the last and says nothing,
+    so a second `models: []` would drop every model of the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` then a key of its own overrides, by design
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                again = key in seen
+            except TypeError:  # an unhashable key: SafeLoader's own construct_mapping says so
+                continue
+            if again:
+                raise ConfigError(SEED_FILE, f"{key} is given twice (lines {seen[key]} and {line})", line=line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load(project_dir: Path) -> dict[str, list[dict]]:
     """The checked seed list of a project; every part present (empty when not seeded)."""
-    path = Path(project_dir) / SEED_FILE
-    if not path.is_file():
+    try:
+        text = text_file.read(Path(project_dir) / SEED_FILE)
+    except text_file.Unreadable as e:  # a directory, a FIFO: not "nothing to seed"
+        raise ConfigError(SEED_FILE, e.problem, line=e.line) from None
+    if text is None:
         return {k: list(v) for k, v in NOTHING.items()}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader: plain data only
+    except yaml.YAMLError as e:
         raise ConfigError(SEED_FILE, f"is not readable YAML: {' '.join(str(e).split())[:200]}") from None
     data = data or {}
     if not isinstance(data, dict):

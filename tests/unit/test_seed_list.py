@@ -74,3 +74,34 @@ def test_mistakes_are_one_line_naming_the_entry(tmp_path, text, message):
         load(write(tmp_path, text))
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # the second models: would drop every model of the first
+        (f"models:\n  - {{civitai: 1, sha256: '{SHA}', folder: L, name: a}}\nmodels: []\n",
+         "seed.yml:3: models is given twice (lines 1 and 3)"),
+        (f"models:\n  - civitai: 1\n    sha256: '{SHA}'\n    folder: Lora\n    folder: Stable-Diffusion\n    name: a\n",
+         "seed.yml:5: folder is given twice (lines 4 and 5)"),
+        ("extensions: [{url: https://e.org/x.git, url: https://f.org/y.git}]",
+         "seed.yml:1: url is given twice (lines 1 and 1)"),
+    ],
+    ids=["a part", "a key of an entry", "in a flow mapping"],
+)  # fmt: skip
+def test_a_key_given_twice_is_refused_on_its_line(tmp_path, text, message):
+    with pytest.raises(ConfigError) as caught:
+        load(write(tmp_path, text))
+    assert str(caught.value) == message
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path):
+    text = f"models:\n  - &m {{civitai: 1, sha256: '{SHA}', folder: Lora, name: a}}\n  - {{<<: *m, name: b}}\n"
+    assert [model["name"] for model in load(write(tmp_path, text))["models"]] == ["a", "b"]
+
+
+def test_a_seed_list_that_is_a_directory_is_refused_not_taken_as_nothing_to_seed(tmp_path):
+    (tmp_path / "seed.yml").mkdir()
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path)
+    assert str(caught.value) == "seed.yml: is a directory, not a file"
