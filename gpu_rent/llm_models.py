@@ -17,8 +17,8 @@ LLM_RUNTIME is used:
       - {url: https://example.org/other.gguf, sha256: <64 hex>, name: other.gguf}
 
 Every mistake is one line naming the file, the line and what is expected, before anything is rented.
-This module imports nothing of gpu_rent: config imports it (never the reverse) and turns its
-ModelsFileError into its own ConfigError.
+This module imports nothing of gpu_rent but leaf modules (ollama_name, text_file): config imports it (never the
+reverse) and turns its ModelsFileError into its own ConfigError.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from gpu_rent import ollama_name
+from gpu_rent import ollama_name, text_file
 
 MODELS_FILE = "ollama-models.yaml"
 RUNTIMES = ("ollama", "llamacpp")
@@ -152,9 +152,11 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
 def _read(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ModelsFileError(f"cannot read: {e}") from None
+        text = text_file.read(path)
+    except text_file.Unreadable as e:  # a directory, a FIFO: not "no models"
+        raise ModelsFileError(e.problem, line=e.line) from None
+    if text is None:
+        return None
     try:
         return yaml.load(text, Loader=_Loader)  # a SafeLoader: plain data only
     except yaml.MarkedYAMLError as e:
@@ -276,10 +278,7 @@ def load(project_dir: Path, runtime: str) -> list[dict]:
     """
     if runtime not in RUNTIMES:
         return []
-    path = Path(project_dir) / MODELS_FILE
-    if not path.is_file():
-        return []
-    data = _read(path)
+    data = _read(Path(project_dir) / MODELS_FILE)
     if data is None:
         return []
     if not isinstance(data, _Map):

@@ -115,6 +115,15 @@ def test_no_file_means_no_models_and_runtime_none_ignores_even_a_broken_file(tmp
     assert load(write(tmp_path, "# nothing yet\n"), "llamacpp") == []
 
 
+@pytest.mark.parametrize("runtime", ["ollama", "llamacpp"])
+def test_a_models_file_that_is_a_directory_is_refused_not_taken_as_no_models(tmp_path, runtime):
+    (tmp_path / MODELS_FILE).mkdir()
+    with pytest.raises(ModelsFileError) as caught:
+        load(tmp_path, runtime)
+    assert str(caught.value) == "ollama-models.yaml: is a directory, not a file"
+    assert load(tmp_path, "none") == []  # without a runtime the file is read by nothing
+
+
 def test_each_runtime_gets_its_own_part_normalised(tmp_path):
     write(
         tmp_path,
@@ -240,12 +249,13 @@ def _gpu_rent_imports(module) -> list[str]:
     return [line for line in source.splitlines() if line.startswith(("import", "from")) and "gpu_rent" in line]
 
 
-def test_llm_models_imports_only_the_stdlib_name_parser_of_gpu_rent():
+def test_llm_models_imports_only_leaves_of_gpu_rent_the_name_parser_and_the_file_reader():
     # config imports llm_models; the reverse would be the cycle config <-> seed_list had
-    from gpu_rent import ollama_name
+    from gpu_rent import ollama_name, text_file
 
-    assert _gpu_rent_imports(llm_models) == ["from gpu_rent import ollama_name"]
+    assert _gpu_rent_imports(llm_models) == ["from gpu_rent import ollama_name, text_file"]
     assert _gpu_rent_imports(ollama_name) == []  # a leaf, and copied alone beside llm_pull.py on the VM
+    assert _gpu_rent_imports(text_file) == []
 
 
 def test_dry_run_refuses_a_bad_models_file_in_one_line_before_the_cloud(dead_cloud_project):
