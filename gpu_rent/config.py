@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import io
 import ipaddress
+import json
 import math
 import os
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlparse
 
+import yaml
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
 
@@ -686,6 +688,8 @@ def _named_cloud(
     auth = CloudAuth(cloud=name, config_file=config_file, options=tuple(sorted(overrides.items())))
     if known is not None and known(auth, project_dir):
         return auth
+    if config_file is not None:
+        _check_clouds_file(config_file, name)
     where = _source("OS_CLOUD", file_env)
     try:
         config = auth.openstack_config()
@@ -701,6 +705,68 @@ def _named_cloud(
     except _config_errors() as exc:
         raise ConfigError(where, f"OS_CLOUD={name}: {masked(' '.join(str(exc).split()))}", key="OS_CLOUD") from None
     return auth
+
+
+def _check_clouds_file(path: Path, name: str) -> None:
+    """ConfigError when the clouds.yaml OS_CLIENT_CONFIG_FILE names cannot be parsed, or has not the shape openstacksdk
+    reads: openstacksdk skips a file it cannot parse (a log warning) and then says OS_CLOUD is in no clouds.yaml,
+    and a wrong shape (clouds: 5) ends in a TypeError. Everything else is left to openstacksdk's own resolution."""
+    try:
+        text = text_file.read(path)
+    except text_file.Unreadable as e:
+        raise ConfigError(str(path), e.problem, line=e.line, key="OS_CLIENT_CONFIG_FILE") from None
+    try:  # as openstacksdk's loader reads it: JSON by the name's end, else YAML
+        data = json.loads(text) if str(path).endswith("json") else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            str(path), f"is not readable JSON: {e.msg}", line=e.lineno, key="OS_CLIENT_CONFIG_FILE"
+        ) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        said = _yaml_said(e) if isinstance(e, yaml.MarkedYAMLError) else type(e).__name__
+        line = mark.line + 1 if mark else None
+        raise ConfigError(str(path), f"is not readable YAML: {said}", line=line, key="OS_CLIENT_CONFIG_FILE") from None
+    shape = None if data is None else _clouds_shape_problem(data, name)  # empty: openstacksdk finds no cloud there
+    if shape:
+        problem, keys = shape
+        raise ConfigError(str(path), problem, line=_yaml_line(text, keys), key="OS_CLIENT_CONFIG_FILE")
+
+
+def _clouds_shape_problem(data: Any, name: str) -> tuple[str, tuple[str, ...]] | None:
+    """What in a parsed clouds.yaml is not the mapping openstacksdk indexes, down to OS_CLOUD's auth, and the keys
+    that lead to it; None when nothing is."""
+    if not isinstance(data, dict):
+        return "is not a mapping with clouds: (clouds: <name>: <settings>)", ()
+    clouds = data.get("clouds", {})
+    if not isinstance(clouds, dict):
+        return "clouds: is not a mapping of cloud names to their settings", ("clouds",)
+    entry = clouds.get(name, {})
+    if not isinstance(entry, dict):
+        return f"clouds: {name}: is not a mapping of settings (auth:, region_name: ...)", ("clouds", name)
+    if not isinstance(entry.get("auth", {}), dict):
+        return f"clouds: {name}: auth: is not a mapping (auth_url:, username: ...)", ("clouds", name, "auth")
+    return None
+
+
+def _yaml_line(text: str, keys: tuple[str, ...]) -> int | None:
+    """The line of the value that keys lead to in YAML (or JSON) text, as far as they lead; None if it won't parse."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        node = next((value for k, value in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), node)
+    return node.start_mark.line + 1 if node is not None else None
+
+
+def _yaml_said(e: yaml.MarkedYAMLError) -> str:
+    """PyYAML's words without what it quotes of the file: a password written unquoted is an alias or a tag to YAML
+    (`password: *x9`, `password: !x9`) that its error quotes whole. A quoted character or '<token>' stays."""
+    said = " ".join(filter(None, (e.context, e.problem)))
+    kept = re.compile(r"<[a-z ]+>|\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\?.")
+    return re.sub(r"'([^']*)'", lambda m: m[0] if kept.fullmatch(m[1]) else "'...'", said)
 
 
 def _ssh_key(env: dict[str, str], project_dir: Path) -> Path:

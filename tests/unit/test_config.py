@@ -235,6 +235,44 @@ def test_os_cloud_not_found_names_the_file_and_the_clouds_there(tmp_path: Path) 
     assert "other, test" in message
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("clouds:\n  test:\n    auth: [1, 2\n",
+         ":4: is not readable YAML: while parsing a flow sequence expected ',' or ']', but got '<stream end>'"),
+        (b"\xff\xfeclouds:\n", ":1: is not UTF-8 text (save it as UTF-8)"),
+        ("clouds:\n\ttest: {}\n", ":2: is not readable YAML: while scanning for the next token found character '\\t' "
+         "that cannot start any token"),
+        # a password written unquoted is an alias to YAML, and PyYAML's error quotes it whole
+        (f"clouds:\n  test:\n    auth:\n      password: *{PASSWORD}\n",
+         ":4: is not readable YAML: found undefined alias '...'"),
+        (f"clouds:\n  test:\n    auth:\n      password: !{PASSWORD}\n", ":4: is not readable YAML: could not "
+         "determine a constructor for the tag '...'"),
+        ("# mine\nclouds: 5\n", ":2: clouds: is not a mapping of cloud names to their settings"),
+        ("clouds:\n  other: 5\n  test: [a]\n", ":3: clouds: test: is not a mapping of settings"),
+        ("clouds:\n  test:\n    auth: yes\n", ":3: clouds: test: auth: is not a mapping"),
+        ("- clouds\n", ":1: is not a mapping with clouds:"),
+    ],
+    ids=["syntax", "not utf-8", "tab", "alias", "tag", "clouds not a mapping", "entry", "auth", "a list"],
+)  # fmt: skip
+def test_a_clouds_yaml_that_cannot_be_parsed_says_so_with_its_line(tmp_path: Path, text, said) -> None:
+    # before: openstacksdk skipped the file with a log warning, and OS_CLOUD was "not in any clouds.yaml"
+    project = make_project(tmp_path)
+    clouds = project / "clouds.yaml"
+    clouds.write_bytes(text if isinstance(text, bytes) else text.encode())
+    message = load_error(project)
+    assert message.startswith(f"{clouds}{said}"), message
+    assert PASSWORD not in message
+
+
+def test_a_clouds_json_that_cannot_be_parsed_says_so_with_its_line(tmp_path: Path) -> None:
+    project = make_project(tmp_path, env_text="OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE=clouds.json\n")
+    (project / "clouds.json").write_text('{"clouds":\n  {"test": {]}\n')  # openstacksdk reads a *json as JSON
+    assert load_error(project) == (
+        f"{project / 'clouds.json'}:2: is not readable JSON: Expecting property name enclosed in double quotes"
+    )
+
+
 def test_missing_env_file_without_environment_auth(tmp_path: Path) -> None:
     message = load_error(make_project(tmp_path, env_text=None))
     assert message.startswith(".env: not found")
