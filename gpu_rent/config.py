@@ -28,7 +28,7 @@ import yaml
 from dotenv import dotenv_values
 from dotenv.parser import parse_stream
 
-from gpu_rent import llm_models, seed_list, swarmui_versions, text_file
+from gpu_rent import llm_models, seed_list, swarmui_versions, text_file, yaml_loader
 from gpu_rent.config_error import ConfigError
 
 if TYPE_CHECKING:
@@ -716,11 +716,14 @@ def _check_clouds_file(path: Path, name: str) -> None:
     except text_file.Unreadable as e:
         raise ConfigError(str(path), e.problem, line=e.line, key="OS_CLIENT_CONFIG_FILE") from None
     try:  # as openstacksdk's loader reads it: JSON by the name's end, else YAML
-        data = json.loads(text) if str(path).endswith("json") else yaml.safe_load(text)
+        data = json.loads(text) if str(path).endswith("json") else yaml.load(text, Loader=yaml_loader.SafeLoader)
     except json.JSONDecodeError as e:
         raise ConfigError(
             str(path), f"is not readable JSON: {e.msg}", line=e.lineno, key="OS_CLIENT_CONFIG_FILE"
         ) from None
+    except ValueError as e:  # JSON's int() guard: a number of more than 4300 digits
+        said = str(e).split(";")[0]
+        raise ConfigError(str(path), f"is not readable JSON: {said}", key="OS_CLIENT_CONFIG_FILE") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         said = _yaml_said(e) if isinstance(e, yaml.MarkedYAMLError) else type(e).__name__

@@ -17,8 +17,8 @@ LLM_RUNTIME is used:
       - {url: https://example.org/other.gguf, sha256: <64 hex>, name: other.gguf}
 
 Every mistake is one line naming the file, the line and what is expected, before anything is rented.
-This module imports nothing of gpu_rent but leaf modules (ollama_name, text_file): config imports it (never the
-reverse) and turns its ModelsFileError into its own ConfigError.
+This module imports nothing of gpu_rent but leaf modules (ollama_name, text_file, yaml_loader): config imports
+it (never the reverse) and turns its ModelsFileError into its own ConfigError.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from gpu_rent import ollama_name, text_file
+from gpu_rent import ollama_name, text_file, yaml_loader
 
 MODELS_FILE = "ollama-models.yaml"
 RUNTIMES = ("ollama", "llamacpp")
@@ -119,7 +119,7 @@ class _Seq(list):
     item_lines: list
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(yaml_loader.SafeLoader):
     """SafeLoader that keeps the line of every mapping, key and list item, and refuses a key given twice
     (PyYAML alone keeps the last and says nothing)."""
 

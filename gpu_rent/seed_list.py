@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from gpu_rent import text_file
+from gpu_rent import text_file, yaml_loader
 from gpu_rent.config_error import ConfigError
 
 SEED_FILE = "seed.yml"
@@ -112,7 +112,7 @@ def _model(where: str, raw: Any) -> dict:
 _PARTS = {"extensions": _extension, "autocomplete": _autocomplete, "models": _model}
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(yaml_loader.SafeLoader):
     """SafeLoader that refuses a key given twice, as llm_models' does: PyYAML alone keeps the last and says nothing,
     so a second `models: []` would drop every model of the first."""
 

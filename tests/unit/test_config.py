@@ -252,8 +252,10 @@ def test_os_cloud_not_found_names_the_file_and_the_clouds_there(tmp_path: Path) 
         ("clouds:\n  other: 5\n  test: [a]\n", ":3: clouds: test: is not a mapping of settings"),
         ("clouds:\n  test:\n    auth: yes\n", ":3: clouds: test: auth: is not a mapping"),
         ("- clouds\n", ":1: is not a mapping with clouds:"),
+        ("clouds:\n  test:\n    api_timeout: " + "9" * 5000 + "\n",
+         ":3: is not readable YAML: Exceeds the limit (4300 digits) for integer string conversion"),
     ],
-    ids=["syntax", "not utf-8", "tab", "alias", "tag", "clouds not a mapping", "entry", "auth", "a list"],
+    ids=["syntax", "not utf-8", "tab", "alias", "tag", "clouds not a mapping", "entry", "auth", "a list", "digits"],
 )  # fmt: skip
 def test_a_clouds_yaml_that_cannot_be_parsed_says_so_with_its_line(tmp_path: Path, text, said) -> None:
     # before: openstacksdk skipped the file with a log warning, and OS_CLOUD was "not in any clouds.yaml"
@@ -270,6 +272,11 @@ def test_a_clouds_json_that_cannot_be_parsed_says_so_with_its_line(tmp_path: Pat
     (project / "clouds.json").write_text('{"clouds":\n  {"test": {]}\n')  # openstacksdk reads a *json as JSON
     assert load_error(project) == (
         f"{project / 'clouds.json'}:2: is not readable JSON: Expecting property name enclosed in double quotes"
+    )
+    (project / "clouds.json").write_text('{"clouds": {"test": {"api_timeout": ' + "9" * 5000 + "}}}")
+    assert load_error(project) == (
+        f"{project / 'clouds.json'}: is not readable JSON: Exceeds the limit (4300 digits) for integer string "
+        "conversion: value has 5000 digits"
     )
 
 

@@ -164,6 +164,10 @@ llamacpp:
         ("ollama:\n  - 3\n", 2, "ollama[1]: must be a name or a mapping of name, digest"),
         ("ollama:\n  - name: a\n    tag: b\n", 3, "ollama[1]: unknown key tag (allowed: name, digest, insecure)"),
         ("ollama:\n  - name: a\n    name: b\n", 3, "name is given twice (lines 2 and 3)"),
+        # values PyYAML parses but cannot construct: a ValueError, a traceback before
+        ("ollama:\n  - name: a\n    insecure: " + "9" * 5000 + "\n", 3,
+         "is not readable YAML: Exceeds the limit (4300 digits) for integer string conversion"),
+        ("ollama:\n  - name: a\n    digest: 2024-13-01\n", 3, "is not readable YAML: month must be in 1..12"),
         ("ollama:\n  - x\n  - {name: 'llama 3'}\n", 3, "ollama[2]: name 'llama 3' is not an Ollama model name"),
         ("ollama:\n  - {}\n", 2, "ollama[1]: name must be an Ollama model name such as llama3.2:1b"),
         ("ollama:\n  - name: a\n    digest: sha256:12\n", 3, "ollama[1]: digest must be sha256:<64 hex digits>"),
@@ -249,13 +253,13 @@ def _gpu_rent_imports(module) -> list[str]:
     return [line for line in source.splitlines() if line.startswith(("import", "from")) and "gpu_rent" in line]
 
 
-def test_llm_models_imports_only_leaves_of_gpu_rent_the_name_parser_and_the_file_reader():
+def test_llm_models_imports_only_leaves_of_gpu_rent_the_name_parser_and_the_file_readers():
     # config imports llm_models; the reverse would be the cycle config <-> seed_list had
-    from gpu_rent import ollama_name, text_file
+    from gpu_rent import ollama_name, text_file, yaml_loader
 
-    assert _gpu_rent_imports(llm_models) == ["from gpu_rent import ollama_name, text_file"]
+    assert _gpu_rent_imports(llm_models) == ["from gpu_rent import ollama_name, text_file, yaml_loader"]
     assert _gpu_rent_imports(ollama_name) == []  # a leaf, and copied alone beside llm_pull.py on the VM
-    assert _gpu_rent_imports(text_file) == []
+    assert _gpu_rent_imports(text_file) == [] and _gpu_rent_imports(yaml_loader) == []
 
 
 def test_dry_run_refuses_a_bad_models_file_in_one_line_before_the_cloud(dead_cloud_project):

@@ -67,6 +67,12 @@ models:
         ("extensions: [{url: https://e.org/x.git, version: ''}]", "version must be a branch, tag or commit"),
         ("[1, 2]", "must be a mapping"),
         ("models: [", "is not readable YAML"),
+        # values PyYAML parses but cannot construct: a ValueError, a traceback before
+        (
+            f"models: [{{civitai: {'9' * 5000}, sha256: '{SHA}', folder: L}}]",
+            "is not readable YAML: Exceeds the limit (4300 digits) for integer string conversion",
+        ),
+        ("extensions: [{url: https://e.org/x.git, version: 2024-13-01}]", "is not readable YAML: month must be in"),
     ],
 )
 def test_mistakes_are_one_line_naming_the_entry(tmp_path, text, message):
