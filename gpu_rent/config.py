@@ -3,7 +3,7 @@
 Every problem becomes one `ConfigError` line naming the file, the line when known, and the key, so the CLI can
 print it and exit 2 before anything in the cloud is touched (SPEC §3).
 
-One file of ~860 lines on purpose: every key's parser, default and message sit beside the one loader that
+One file of ~980 lines on purpose: every key's parser, default and message sit beside the one loader that
 applies them, so a key is read, checked and explained in one place (the vars plugin and the CLI share it).
 """
 
