@@ -7,6 +7,7 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from rich.console import Console
 from rich.markup import escape
@@ -38,6 +39,10 @@ class StatusReport:
     tunnel: dict | None = None  # the record of this project's running tunnel process, if one runs
     last_end: dict | None = None  # how the last VM ended (vm_end), shown while there is none
     stopped_bill: str | None = None  # what still bills while the server stands stopped (a preemption)
+    # the long operation the state records ({"command", "step", "pid", "started_at"}), and whether the command
+    # that began it still runs (it holds the project's lock); one that does not was killed or crashed mid-way
+    operation: dict | None = None
+    operation_running: bool = False
 
     def to_json(self) -> dict:
         s = self.server
@@ -67,6 +72,7 @@ class StatusReport:
             "tunnel": self.tunnel,
             "stopped_bill": self.stopped_bill,
             "last_end": None if self.last_end is None else {**self.last_end, "line": vm_end.line(self.last_end)},
+            "operation": None if self.operation is None else {**self.operation, "running": self.operation_running},
         }
 
     def render(self, out: Console) -> None:
@@ -108,11 +114,30 @@ class StatusReport:
                 out.print(f"[bold]llm[/]       {t.get('llm_url')} [dim](the LLM runtime, through the same tunnel)[/]")
         elif s is not None and s.status == "ACTIVE":
             out.print("[bold]tunnel[/]    none [dim](gpu-rent tunnel, or gpu-rent open)[/]")
+        line = operation_line(self.operation, self.operation_running)
+        if line:
+            label = "[bold]running[/]  " if self.operation_running else "[bold yellow]unfinished[/]"
+            out.print(f"{label} {escape(line)}")
         if not self.leftovers:
             out.print("[bold]leftovers[/] none")
         for x in self.leftovers:
             out.print(f"[bold yellow]leftover[/]  {x.kind} {escape(x.detail)}")
             out.print(f"          delete: [bold]{escape(x.delete_command)}[/]")
+
+
+def operation_line(operation: dict | None, running: bool) -> str | None:
+    """The recorded long operation in words (SPEC §11): what runs now, or what a killed command left half done."""
+    if not isinstance(operation, dict) or not operation.get("command"):
+        return None
+    try:
+        begun = datetime.fromisoformat(str(operation.get("started_at")).replace("Z", "+00:00"))
+        since = f", begun {begun.astimezone():%H:%M}"
+    except ValueError:
+        since = ""
+    what = f"{operation['command']} ({operation.get('step') or 'no step recorded'}{since})"
+    if running:
+        return f"{what}, pid {operation['pid']}" if operation.get("pid") else what
+    return f"{what} ended before it finished (killed or crashed): run the same command again, it resumes"
 
 
 STOPPED_ADVICE = "`gpu-rent stop` ends all but the disks (they stay until destroy); `gpu-rent up` brings the VM back"
@@ -140,7 +165,9 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
     names = resource_names(settings.name)
     # status writes only what the cloud proves, and only when no other command is running
     tunnel = tunnel_record.read_record(settings)
+    running = True  # the lock is another command's until status gets it
     with contextlib.suppress(StateLocked), store.lock("status", wait=0):
+        running = False
         state = load_state(store, say)
         phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
         server = view.server(names["server"], state.resources.get("server"))
@@ -183,6 +210,8 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         if killer_status and killer_status.get("server_id") == server.id:  # what judges the end, if it comes
             vm_end.write(settings.runtime_dir, vm_end.SEEN_FILE, killer_status)
     return StatusReport(
+        operation=state.operation,
+        operation_running=running,
         project=str(settings.project_dir),
         cloud=where,
         phase=phase,
