@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_rent import ssh as ssh_module
 from gpu_rent.ssh import SshError, check_login_key
 
 
@@ -96,7 +97,8 @@ def test_an_agent_that_never_answers_is_given_up_on(tmp_path, monkeypatch):
     sock.bind(str(tmp_path / "mute.sock"))
     sock.listen()  # takes the connection, never says a word
     monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "mute.sock"))
-    monkeypatch.setattr("gpu_rent.ssh.AGENT_TIMEOUT", 0.5)
+    monkeypatch.setattr(ssh_module, "AGENT_TIMEOUT", 0.5)
+    assert ssh_module.check_login_key is check_login_key  # the module whose timeout is set is the one called
     key = keygen(tmp_path / "key")
     with pytest.raises(SshError, match="not found, and no SSH agent to hold it"):
         check_login_key(tmp_path / "gone", public(key))
