@@ -160,7 +160,7 @@ CASES = [
          r"error: \.env:<e>: OS_PASSWORD= has a value that cannot be read \(an unmatched quote\?\)",
          env_lines=f'OS_PASSWORD="{SECRET}\n'),
     Case(".env: unknown key", UP, 2,
-         r"error: \.env: unknown key AWS_SECRET_ACCESS_KEY "
+         r"error: \.env:<e>: unknown key AWS_SECRET_ACCESS_KEY "
          r"\(allowed: OS_\* cloud auth, GPU_RENT_SSH_KEY, CIVITAI_TOKEN\)",
          env_lines="AWS_SECRET_ACCESS_KEY=x\n"),
     Case(".env: OS_CLOUD not in clouds.yaml", ("status",), 2,
