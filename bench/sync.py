@@ -1,4 +1,4 @@
-"""Our push and pull (gpu_rent/sync.py) against rsync over OpenSSH, both through a real sshd on loopback.
+"""Our push and pull (gpu_rent/to_vm/sync.py) against rsync over OpenSSH, both through a real sshd on loopback.
 
 Usage (as root, from the repository root; needs openssh-server and rsync):
     .venv/bin/python bench/sync.py [MEGABYTES]     # the big file, default 1024
@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._report import report
-from gpu_rent import sync
-from gpu_rent.ssh import Target, connect
+from gpu_rent.to_vm import sync
+from gpu_rent.to_vm.ssh import Target, connect
 from tests.loopback_sshd import Sshd, missing
 
 RUNS = 2

@@ -41,8 +41,8 @@ OUR_TUNNEL = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from gpu_rent.ssh import Target, connect
-    from gpu_rent.tunnel import Tunnel
+    from gpu_rent.to_vm.ssh import Target, connect
+    from gpu_rent.to_vm.tunnel import Tunnel
     port, local, remote, key, known = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     target = Target("127.0.0.1", "root", Path(key), Path(known), "bench", port=port)
     async def main():

@@ -24,9 +24,9 @@ for name in {BLOCKED!r}:
 # Windows has no fork and no SIGHUP: nothing on the laptop side may count on them
 del os.fork, os.register_at_fork, signal.SIGHUP
 """
-CLI = PREAMBLE + "sys.argv[0] = 'gpu-rent'\nfrom gpu_rent.cli import main\nmain()\n"
+CLI = PREAMBLE + "sys.argv[0] = 'gpu-rent'\nfrom gpu_rent.cli.app import main\nmain()\n"
 
-# gpu_rent/runner.py imports ansible_runner when it is loaded, and ansible_runner imports fcntl on every
+# gpu_rent/rental/runner.py imports ansible_runner when it is loaded, and ansible_runner imports fcntl on every
 # platform. Until runner.py loads it on first use, every command fails to start without fcntl.
 
 

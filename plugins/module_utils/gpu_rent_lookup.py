@@ -1,7 +1,7 @@
 """What up's one lookup asks the cloud (plugins/modules/rental_lookup.py), in plain openstacksdk.
 
 Kept apart from the module so that another caller can ask the same questions: `gpu-rent up` does
-(gpu_rent/up_head_start.py) and hands the answer to up.yml as data read from a file - never as an extra var,
+(gpu_rent/rental/up_head_start.py) and hands the answer to up.yml as data read from a file - never as an extra var,
 which ansible-core 2.19 renders as a trusted template, the cloud's strings with it.
 """
 

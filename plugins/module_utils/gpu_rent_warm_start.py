@@ -1,5 +1,5 @@
 """A warm restart's server, asked for in up's lookup (plugins/modules/rental_lookup.py, or gpu-rent up's own
-head start, gpu_rent/up_head_start.py), in plain openstacksdk.
+head start, gpu_rent/rental/up_head_start.py), in plain openstacksdk.
 
 Every later `up` finds what the first made - both volumes, the pool's network, the security group, the key
 pair - and no server (the idle-killer or `stop` deleted it). Nova then builds for 10 s on the test ground and

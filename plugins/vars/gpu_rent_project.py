@@ -2,7 +2,7 @@
 
 Playbooks read the same configuration as the CLI with no -e flags: this
 plugin loads `.env` and `gpu-rent.vars` from the project folder (the working
-directory, or GPU_RENT_PROJECT) through gpu_rent.config, validates them the
+directory, or GPU_RENT_PROJECT) through gpu_rent.project.settings, validates them the
 same way, and exposes every setting as `gpu_rent_<key>`. It is loaded from the
 collection, or from playbooks/vars_plugins next to the playbooks when an
 operator runs `ansible-playbook <repo>/playbooks/stop.yml` directly.
@@ -28,10 +28,10 @@ from ansible.errors import AnsibleError
 from ansible.plugins.vars import BaseVarsPlugin
 
 try:
-    from gpu_rent import config
+    from gpu_rent.project import settings as config
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from gpu_rent import config
+    from gpu_rent.project import settings as config
 
 _cache: dict[str, dict] = {}
 

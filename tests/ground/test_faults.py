@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_rent.orphans import PROJECT_MARK, marked
+from gpu_rent.rental.orphans import PROJECT_MARK, marked
 from tests.ground import molecule_runs
 from tests.ground.test_rental import BIN, Ours, gpu_rent, make_project, state, status
 from tests.groundkit import CLOUDS_YAML, REPO, connect, require_ground, ssh, wait_until
@@ -327,7 +327,7 @@ def test_stop_converges_after_the_killer_fires_mid_stop_kills_and_an_api_outage(
     pulled = gpu_rent(project, "pull-output")
     assert pulled.returncode == 0, pulled.stderr
     assert (project / "Output" / Path(SENTINEL).name).read_text().strip() == "survives-every-fault"
-    # stop killed at its playbook's first step: its head start (gpu_rent/stop_head_start.py) had asked Nova
+    # stop killed at its playbook's first step: its head start (gpu_rent/rental/stop_head_start.py) had asked Nova
     # for the delete, so the server goes; its address and the killer's credential wait for the next stop,
     # and the next up rents again on the same volumes
     rental.interrupt(("stop",), task("stop", "Refuse to destroy the volumes"), "stop's first step", 0.0)

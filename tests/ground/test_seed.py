@@ -285,7 +285,7 @@ def test_a_verified_model_and_lists_land_and_a_second_run_changes_and_downloads_
     model = os.urandom(3 * 1024 * 1024 + 17)
     tags = b"tag,type,count\n1girl,0,100\nlandscape,0,50\n"
     extra = {
-        # Keys set to null, as gpu_rent.seed_list hands entries over, count as absent.
+        # Keys set to null, as gpu_rent.project.seed_list hands entries over, count as absent.
         "seed_models": [
             {"url": files.add("/m/tiny%20model.safetensors", model), "civitai": None, "sha256": sha256(model),
              "folder": "Lora", "name": None}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_rent import config
+from gpu_rent.project import settings as config
 from tests.groundkit import CLOUDS_YAML, IMAGE, POOL, unique
 
 pytestmark = pytest.mark.ground

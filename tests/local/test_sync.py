@@ -1,4 +1,4 @@
-"""gpu_rent/sync.py (push, pull) against a real OpenSSH sshd on 127.0.0.1: the "VM" folders are folders under tmp.
+"""gpu_rent/to_vm/sync.py (push, pull) against a real OpenSSH sshd on 127.0.0.1: the "VM" folders are folders under tmp.
 
 Needs root and openssh-server (tests/loopback_sshd.py); skipped without them, failed under CI.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import sync
-from gpu_rent.ssh import Target, connect
+from gpu_rent.to_vm import sync
+from gpu_rent.to_vm.ssh import Target, connect
 
 MiB = 1024 * 1024
 T0 = 1_700_000_000  # an mtime in whole seconds

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from websockets.sync.client import connect as ws_connect
 
-from gpu_rent import ssh
-from gpu_rent.tunnel import Forward, PortBusy, Tunnel
+from gpu_rent.to_vm import ssh
+from gpu_rent.to_vm.tunnel import Forward, PortBusy, Tunnel
 from tests.loopback_sshd import Sshd, free_port, keygen
 from tests.unit.test_swarmui_standin import start as start_standin
 from tests.unit.test_swarmui_standin import stop as stop_standin

@@ -19,18 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent.state import Phase, State, StateStore
+from gpu_rent.project.state import Phase, State, StateStore
 from tests import without_posix
 from tests.loopback_sshd import free_port
 
 # The VM's sshd listens on the loopback one's port, not on 22
 ON_LOOPBACK = """\
 import dataclasses
-from gpu_rent import ssh
+from gpu_rent.to_vm import ssh
 _of = ssh.Target.of.__func__
 ssh.Target.of = classmethod(lambda cls, s, r: dataclasses.replace(_of(cls, s, r), port=int(os.environ["SSHD_PORT"])))
 sys.argv[0] = "gpu-rent"
-from gpu_rent.cli import main
+from gpu_rent.cli.app import main
 main()
 """
 DEAD_CLOUD = """clouds:

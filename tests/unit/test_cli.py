@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent import cli as cli_module
-from gpu_rent.cli import app
-from gpu_rent.state import StateStore
+from gpu_rent.cli import app as cli_module
+from gpu_rent.cli.app import app
+from gpu_rent.project.state import StateStore
 
 runner = CliRunner()
 COMMANDS = [
@@ -113,7 +113,7 @@ def test_the_cli_s_modules_load_no_sdk_until_a_command_uses_it():
     """openstacksdk's import alone is a third of a second (keystoneauth and requests with it): what the CLI imports
     to start must not load them, or status pays it even when it reads the cloud without them."""
     code = (
-        "import sys, gpu_rent.cli, gpu_rent.report, gpu_rent.rental; "
+        "import sys, gpu_rent.cli.app, gpu_rent.rental.report, gpu_rent.rental.operations; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'openstack', 'keystoneauth1', 'requests'}))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -147,7 +147,7 @@ def test_a_second_mutating_command_waits_then_refuses(project):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""\
             import time
-            from gpu_rent.state import StateStore
+            from gpu_rent.project.state import StateStore
             with StateStore({str(project)!r}).lock("up"):
                 print("held", flush=True)
                 time.sleep(30)
@@ -219,7 +219,8 @@ def _ended_process() -> int:
 
 
 def test_the_sentinel_leaves_the_vm_alone_after_a_clean_close(project):
-    from gpu_rent import config, watchdog
+    from gpu_rent.project import settings as config
+    from gpu_rent.watch import watchdog
 
     settings = config.load(project)
     pid = _ended_process()
@@ -231,7 +232,8 @@ def test_the_sentinel_leaves_the_vm_alone_after_a_clean_close(project):
 
 
 def test_the_sentinel_stops_the_vm_after_an_unclean_end_and_says_when_it_cannot(project):
-    from gpu_rent import config, watchdog
+    from gpu_rent.project import settings as config
+    from gpu_rent.watch import watchdog
 
     settings = config.load(project)
     pid = _ended_process()
@@ -246,7 +248,7 @@ def test_the_sentinel_stops_the_vm_after_an_unclean_end_and_says_when_it_cannot(
 @pytest.mark.parametrize(("flags", "extra"), [([], None), (["--full"], {"vm_stamp_redo": True})])
 def test_up_full_asks_every_vm_role_to_redo_its_work(project, monkeypatch, flags, extra):
     """The one way past the roles' stamps for a user who mends what the stamps do not watch."""
-    from gpu_rent import cli
+    from gpu_rent.cli import app as cli
 
     asked = []
 
@@ -265,7 +267,7 @@ def test_a_deleted_current_folder_is_one_line_and_help_still_works(tmp_path):
     gone = tmp_path / "gone"
     code = (
         "import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); sys.argv = ['gpu-rent', *sys.argv[2:]]; "
-        "from gpu_rent.cli import main; main()"
+        "from gpu_rent.cli.app import main; main()"
     )
     for args, rc in ((["status"], 2), (["status", "-p", str(tmp_path)], 2), (["up", "--help"], 0)):
         gone.mkdir()

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import cloud_http, cloud_route, config
-from gpu_rent.cloud import FloatingIP, Volume
-from gpu_rent.cloud_route import Call, Route
+from gpu_rent.cloud import plain_http as cloud_http
+from gpu_rent.cloud import route as cloud_route
+from gpu_rent.cloud.route import Call, Route
+from gpu_rent.cloud.view import FloatingIP, Volume
+from gpu_rent.project import settings as config
 from tests.unit.test_cloud_view import NOVA_SERVER
 
 TOKEN = "tok-standin"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import cloud_route
-from gpu_rent.cloud_route import CALLS, Call, Route
-from gpu_rent.config import CloudAuth
+from gpu_rent.cloud import route as cloud_route
+from gpu_rent.cloud.route import CALLS, Call, Route
+from gpu_rent.project.settings import CloudAuth
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-secret"
@@ -91,8 +91,8 @@ def test_a_broken_route_file_is_no_route(tmp_path):
 APPEARS = """
 import json, sys
 from pathlib import Path
-from gpu_rent import cloud_route
-from gpu_rent.config import CloudAuth
+from gpu_rent.cloud import route as cloud_route
+from gpu_rent.project.settings import CloudAuth
 from tests.unit.test_cloud_route import kept
 
 auth = CloudAuth(cloud="test", config_file=Path(sys.argv[1]))

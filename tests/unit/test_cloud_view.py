@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from gpu_rent.cloud import (
+from gpu_rent.cloud.view import (
     CloudView,
     FloatingIP,
     Server,
@@ -16,9 +16,9 @@ from gpu_rent.cloud import (
     side_by_side,
     stale_ids,
 )
-from gpu_rent.config import resource_names
-from gpu_rent.runner import failure_message, unreachable_message
-from gpu_rent.state import Phase, State
+from gpu_rent.project.settings import resource_names
+from gpu_rent.project.state import Phase, State
+from gpu_rent.rental.runner import failure_message, unreachable_message
 
 
 def server(id="s1", name="gpu-rent", status="ACTIVE", tags=("gpu-rent", "preemptible")):
@@ -78,7 +78,7 @@ def test_a_server_that_lost_its_tags_is_still_ours_and_still_seen():
 
 
 def test_volumes_of_another_name_are_leftovers_ours_are_not():
-    from gpu_rent.cloud import Volume
+    from gpu_rent.cloud.view import Volume
 
     view = CloudView(volumes=(Volume("v1", "gpu-rent-data", "available", 4, "ru-7a", "data"),
                               Volume("v2", "old-data", "available", 4, "ru-7a", "data")))  # fmt: skip
@@ -179,7 +179,7 @@ NOVA_SERVER = {
 
 
 def test_nova_s_json_becomes_the_server_the_view_holds():
-    from gpu_rent.cloud import Server, servers_of
+    from gpu_rent.cloud.view import Server, servers_of
 
     faulted = {**NOVA_SERVER, "id": "b1", "status": "ERROR", "fault": {"code": 500, "message": "No valid host"}}
     (ours, failed) = servers_of([NOVA_SERVER, faulted], resource_names("gpu-rent"))
@@ -191,7 +191,7 @@ def test_nova_s_json_becomes_the_server_the_view_holds():
 
 
 def test_only_our_live_servers_are_kept_a_lost_tag_does_not_hide_ours():
-    from gpu_rent.cloud import servers_of
+    from gpu_rent.cloud.view import servers_of
 
     untagged_ours = {**NOVA_SERVER, "id": "s2", "tags": []}
     deleted = {**NOVA_SERVER, "id": "s3", "status": "DELETED"}
@@ -202,7 +202,7 @@ def test_only_our_live_servers_are_kept_a_lost_tag_does_not_hide_ours():
 
 
 def test_cinder_and_neutron_json_become_volumes_floating_ips_and_the_snapshot():
-    from gpu_rent.cloud import FloatingIP, Volume, floating_ips_of, snapshots_of, volumes_of
+    from gpu_rent.cloud.view import FloatingIP, Volume, floating_ips_of, snapshots_of, volumes_of
 
     wanted = resource_names("gpu-rent")
     volumes = [
@@ -232,7 +232,7 @@ def test_cinder_and_neutron_json_become_volumes_floating_ips_and_the_snapshot():
 
 
 def test_json_without_a_field_every_item_has_is_refused_not_guessed():
-    from gpu_rent.cloud import servers_of
+    from gpu_rent.cloud.view import servers_of
 
     with pytest.raises(KeyError):
         servers_of([{k: v for k, v in NOVA_SERVER.items() if k != "status"}], resource_names("gpu-rent"))

@@ -24,7 +24,7 @@ def test_the_collection_builds_with_roles_playbooks_and_the_vars_plugin(tmp_path
         "playbooks/up.yml",
         "playbooks/stop.yml",
         "plugins/vars/gpu_rent_project.py",
-        "gpu_rent/config.py",  # the vars plugin validates with the same code as the CLI
+        "gpu_rent/project/settings.py",  # the vars plugin validates with the same code as the CLI
         "meta/runtime.yml",
     ):
         assert needed in names, needed
@@ -47,7 +47,7 @@ def test_every_role_declares_its_arguments_and_prefixes_its_variables():
 
 
 def test_the_readme_documents_every_setting():
-    from gpu_rent.config import KEYS
+    from gpu_rent.project.settings import KEYS
 
     readme = (REPO / "README.md").read_text()
     missing = [key for key in KEYS if f"`{key}`" not in readme]

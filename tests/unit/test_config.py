@@ -1,4 +1,4 @@
-"""gpu_rent.config: every bad input is one line naming file, line and key; good input becomes one Settings.
+"""gpu_rent.project.settings: every bad input is one line naming file, line and key; good input becomes one Settings.
 
 It stays one file past 500 lines, as config.py does: one test group per key, beside the loader's.
 """
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import config, swarmui_versions
-from gpu_rent.config import KEYS, CloudAuth, ConfigError, Settings, load
+from gpu_rent.project import settings as config
+from gpu_rent.project import swarmui_versions
+from gpu_rent.project.settings import KEYS, CloudAuth, ConfigError, Settings, load
 
 PASSWORD = "pw-SECRET-7f3a"
 APP_SECRET = "appcred-SECRET-91c2"

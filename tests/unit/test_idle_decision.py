@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpu_rent.idle_decision import (
+from gpu_rent.on_vm.idle_decision import (
     BUSY_COUNTERS,
     DELETE,
     KEEP,

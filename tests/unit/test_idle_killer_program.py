@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import idle_killer
-from gpu_rent.idle_killer import Config, Unreachable, endpoint
-from gpu_rent.idle_look import comfy_port, fresh_downloads, live_comfy_ports, read_time, unit_pids
+from gpu_rent.on_vm import idle_killer
+from gpu_rent.on_vm.idle_killer import Config, Unreachable, endpoint
+from gpu_rent.on_vm.idle_look import comfy_port, fresh_downloads, live_comfy_ports, read_time, unit_pids
 from tests.unit.test_swarmui_standin import BACKENDS, comfy_processes, free_port, start, stop, wait_for
 from tests.upstream_api import UpstreamAPI
 

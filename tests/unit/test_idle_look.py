@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import idle_killer, idle_look
-from gpu_rent.idle_decision import LlmLook
-from gpu_rent.idle_look import go_time, last_terminal_input, llm_look, parse_gpus, read_gpus, run_keep_alive
+from gpu_rent.on_vm import idle_killer, idle_look
+from gpu_rent.on_vm.idle_decision import LlmLook
+from gpu_rent.on_vm.idle_look import go_time, last_terminal_input, llm_look, parse_gpus, read_gpus, run_keep_alive
 from tests.unit.test_idle_killer_program import config, tick
 from tests.unit.test_idle_killer_program import swarm as swarm  # a fixture
 from tests.unit.test_swarmui_standin import free_port

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import killer_view
-from gpu_rent.killer_view import describe
+from gpu_rent.to_vm import killer_view
+from gpu_rent.to_vm.killer_view import describe
 
 NOW = 1_800_000_000.0
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent import config, llm_models
-from gpu_rent.llm_models import MODELS_FILE, ModelsFileError, load, ollama_name_parts, ollama_name_problem
+from gpu_rent.project import llm_models
+from gpu_rent.project import settings as config
+from gpu_rent.project.llm_models import MODELS_FILE, ModelsFileError, load, ollama_name_parts, ollama_name_problem
 
 SHA = "ab" * 32
 PART80, PART350 = "x" * 80, "x" * 350
@@ -255,15 +256,19 @@ def _gpu_rent_imports(module) -> list[str]:
 
 def test_llm_models_imports_only_leaves_of_gpu_rent_the_name_parser_and_the_file_readers():
     # config imports llm_models; the reverse would be the cycle config <-> seed_list had
-    from gpu_rent import ollama_name, text_file, yaml_loader
+    from gpu_rent.on_vm import ollama_name
+    from gpu_rent.project import text_file, yaml_loader
 
-    assert _gpu_rent_imports(llm_models) == ["from gpu_rent import ollama_name, text_file, yaml_loader"]
+    assert _gpu_rent_imports(llm_models) == [
+        "from gpu_rent.on_vm import ollama_name",
+        "from gpu_rent.project import text_file, yaml_loader",
+    ]
     assert _gpu_rent_imports(ollama_name) == []  # a leaf, and copied alone beside llm_pull.py on the VM
     assert _gpu_rent_imports(text_file) == [] and _gpu_rent_imports(yaml_loader) == []
 
 
 def test_dry_run_refuses_a_bad_models_file_in_one_line_before_the_cloud(dead_cloud_project):
-    from gpu_rent.cli import app
+    from gpu_rent.cli.app import app
 
     with (dead_cloud_project / "gpu-rent.vars").open("a") as f:
         f.write("LLM_RUNTIME=ollama\n")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import llm_models
-from gpu_rent.progress_line import parse as parse_progress
+from gpu_rent.on_vm.progress_line import parse as parse_progress
+from gpu_rent.project import llm_models
 from tests.module_file import load
 from tests.unit.test_ollama_standin import MB, Ollama, Registry, registry, stop, wait_for
 from tests.unit.test_ollama_standin import servers as servers  # a fixture: each server killed at the end
@@ -48,7 +48,7 @@ def test_a_name_is_the_model_upstream_s_name_go_makes_of_it(name):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if not n.endswith(":local")])
 def test_the_vm_reads_a_name_as_ollama_models_yaml_does(name):
-    """The wrapper checks ollama-models.yaml with gpu_rent.llm_models; the VM must take each name the same way."""
+    """The wrapper checks ollama-models.yaml with project.llm_models; the VM must take each name the same way."""
     parts = llm_models.ollama_name_parts(name)
     assert llm_pull.model_key(name) == tuple(parts[k].casefold() for k in ("host", "namespace", "model", "tag"))
 

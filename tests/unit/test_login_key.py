@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import ssh as ssh_module
-from gpu_rent.ssh import SshError, check_login_key
+from gpu_rent.to_vm import ssh as ssh_module
+from gpu_rent.to_vm.ssh import SshError, check_login_key
 
 
 def keygen(path: Path, passphrase: str = "") -> Path:

@@ -40,7 +40,7 @@ EACH = textwrap.dedent(
     """
     import json
     from typer.testing import CliRunner
-    from gpu_rent.cli import app
+    from gpu_rent.cli.app import app
     for args in json.loads(sys.argv[1]):
         result = CliRunner().invoke(app, args)
         print(json.dumps([" ".join(args[:1]), result.exit_code, result.output]))
@@ -89,7 +89,7 @@ def test_closing_a_tunnel_when_none_runs(project):
 HOLDER = textwrap.dedent(
     """
     from pathlib import Path
-    from gpu_rent.state import StateStore
+    from gpu_rent.project.state import StateStore
     with StateStore(Path(sys.argv[1])).lock("up"):
         print("locked", flush=True)
         sys.stdin.readline()
@@ -99,7 +99,7 @@ WAITER = textwrap.dedent(
     """
     import json
     from pathlib import Path
-    from gpu_rent.state import StateLocked, StateStore
+    from gpu_rent.project.state import StateLocked, StateStore
     try:
         with StateStore(Path(sys.argv[1])).lock("stop", wait=float(sys.argv[2])):
             print(json.dumps({"got": True}))

@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from gpu_rent import notify as notify_module
-from gpu_rent import wsl
-from gpu_rent.notify import notify
+from gpu_rent.util import notify as notify_module
+from gpu_rent.util import wsl
+from gpu_rent.util.notify import notify
 
 
 @pytest.fixture(autouse=True)

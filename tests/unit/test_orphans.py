@@ -8,8 +8,8 @@ import sys
 import textwrap
 import time
 
-from gpu_rent.orphans import PROJECT_MARK, RUN_MARK, marked, running
-from gpu_rent.runner import _run_temp, end_orphans
+from gpu_rent.rental.orphans import PROJECT_MARK, RUN_MARK, marked, running
+from gpu_rent.rental.runner import _run_temp, end_orphans
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -46,7 +46,7 @@ def test_the_runs_watcher_ends_its_playbook_and_clears_its_temp_when_the_command
     command = textwrap.dedent(f"""
         import os, subprocess, sys, time
         from pathlib import Path
-        from gpu_rent.runner import _ended_with_us
+        from gpu_rent.rental.runner import _ended_with_us
         with _ended_with_us("run-1", Path({str(temp)!r})):
             p = subprocess.Popen({SLEEP!r}, env={{**os.environ, {RUN_MARK!r}: "run-1"}}, start_new_session=True)
             open({str(pidfile)!r}, "w").write(str(p.pid))

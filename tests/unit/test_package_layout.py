@@ -59,7 +59,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path):
     (tmp_path / "config.py").write_text("def load():\n    from gpu_rent import seed_list\n")
-    (tmp_path / "seed_list.py").write_text("from gpu_rent.config import ConfigError\n")
+    (tmp_path / "seed_list.py").write_text("from gpu_rent.project.settings import ConfigError\n")
     (tmp_path / "cli.py").write_text("from . import config\n")
     modules = {"config", "seed_list", "cli"}
     graph = {name: imported_modules(tmp_path / f"{name}.py", modules) for name in modules}

@@ -1,6 +1,6 @@
 import pytest
 
-from gpu_rent.progress_line import ProgressLine, last, parse
+from gpu_rent.on_vm.progress_line import ProgressLine, last, parse
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_last_finds_the_latest_valid_line_among_text():
 
 
 def test_the_runner_reads_progress_from_the_retries_of_a_polling_task():
-    from gpu_rent.runner import progress_in
+    from gpu_rent.rental.runner import progress_in
 
     retry = {
         "event": "runner_retry",

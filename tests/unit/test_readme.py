@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from gpu_rent import config
-from gpu_rent.cli import app
+from gpu_rent.cli.app import app
+from gpu_rent.project import settings as config
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "gpu-rent.vars"

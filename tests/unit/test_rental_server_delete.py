@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent import stop_head_start
+from gpu_rent.rental import stop_head_start
 from tests.module_file import load
 
 MODULES = Path(__file__).resolve().parents[2] / "plugins" / "modules"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent.progress_line import ProgressLine
+from gpu_rent.on_vm.progress_line import ProgressLine
 from tests.ground.test_seed import FileServer
 from tests.module_file import load
 

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent import cli, config, setup_address, setup_login
-from gpu_rent.config import ConfigError, load
-from gpu_rent.setup_address import Refused, as_cidr, of_url, settle
+from gpu_rent.cli import app as cli
+from gpu_rent.project import settings as config
+from gpu_rent.project.settings import ConfigError, load
+from gpu_rent.setup import address as setup_address
+from gpu_rent.setup import login as setup_login
+from gpu_rent.setup.address import Refused, as_cidr, of_url, settle
 from tests.unit.test_setup_prompts import GROUND_ROUTE, NAT_ROUTE, PUBLIC_ROUTE, cloud
 
 URL = "https://keystone.example.com:5000/v3"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpu_rent.setup_catalog import GpuFlavor, find_flavor, find_image, gpu_flavor, gpu_flavors, usable_images
+from gpu_rent.setup.catalog import GpuFlavor, find_flavor, find_image, gpu_flavor, gpu_flavors, usable_images
 
 
 def flavor(fid, name, vcpus, ram, **specs):

@@ -9,9 +9,9 @@ from keystoneauth1.exceptions import ConnectFailure
 from openstack.exceptions import ForbiddenException
 from typer.testing import CliRunner
 
-from gpu_rent import setup_login
-from gpu_rent.cli import app
-from gpu_rent.config import ConfigError
+from gpu_rent.cli.app import app
+from gpu_rent.project.settings import ConfigError
+from gpu_rent.setup import login as setup_login
 
 URL = "http://127.0.0.1:9/v3"
 SECRET = "s3cret-app-secret"

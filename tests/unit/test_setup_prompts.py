@@ -17,11 +17,15 @@ from openstack.exceptions import ForbiddenException
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gpu_rent import cli, config, setup_login, setup_prompts, setup_wizard
-from gpu_rent.config import load
-from gpu_rent.rental import CloudUnreachable
-from gpu_rent.setup_prompts import Choice, Prompter, pick
-from gpu_rent.setup_wizard import Answers
+from gpu_rent.cli import app as cli
+from gpu_rent.project import settings as config
+from gpu_rent.project.settings import load
+from gpu_rent.rental.operations import CloudUnreachable
+from gpu_rent.setup import login as setup_login
+from gpu_rent.setup import prompts as setup_prompts
+from gpu_rent.setup import wizard as setup_wizard
+from gpu_rent.setup.prompts import Choice, Prompter, pick
+from gpu_rent.setup.wizard import Answers
 
 FLAVORS = [
     {"id": "f-small", "name": "m1.small", "vcpus": 1, "ram": 2048, "extra_specs": {}},

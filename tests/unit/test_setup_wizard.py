@@ -9,11 +9,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent import cli, config, llm_models, setup_login, setup_wizard
-from gpu_rent.atomic import write_atomically
-from gpu_rent.cli import app
-from gpu_rent.config import ConfigError
-from gpu_rent.setup_wizard import Answers
+from gpu_rent.cli import app as cli
+from gpu_rent.cli.app import app
+from gpu_rent.project import llm_models
+from gpu_rent.project import settings as config
+from gpu_rent.project.settings import ConfigError
+from gpu_rent.setup import login as setup_login
+from gpu_rent.setup import wizard as setup_wizard
+from gpu_rent.setup.wizard import Answers
+from gpu_rent.util.atomic import write_atomically
 from tests.unit.test_setup_prompts import IMAGE, PUBLIC_ROUTE, cloud
 
 runner = CliRunner()
@@ -124,7 +128,7 @@ def test_a_public_key_alone_is_enough(tmp_path):
 
 def test_files_are_written_whole_with_their_mode(tmp_path):
     path = tmp_path / ".env"
-    write_atomically(path, "A=1\n", 0o600)  # gpu_rent/atomic.py, which setup writes .env with
+    write_atomically(path, "A=1\n", 0o600)  # gpu_rent/util/atomic.py, which setup writes .env with
     assert path.read_text() == "A=1\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == [".env"]

@@ -1,4 +1,4 @@
-"""gpu_rent.state: phase transitions, the state file (atomic, never silently reset) and the project lock."""
+"""gpu_rent.project.state: phase transitions, the state file (atomic, never silently reset) and the project lock."""
 
 import json
 import os
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent.state import Phase, State, StateCorrupt, StateError, StateLocked, StateStore, allowed
+from gpu_rent.project.state import Phase, State, StateCorrupt, StateError, StateLocked, StateStore, allowed
 
 REPO = Path(__file__).resolve().parents[2]
 ID, P, B, RC, RT = Phase.IDLE, Phase.PROVISIONING, Phase.BOOTSTRAPPING, Phase.READY_CLOUD, Phase.READY_TUNNELED
@@ -252,7 +252,7 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from gpu_rent.state import StateStore
+    from gpu_rent.project.state import StateStore
     with StateStore(Path(sys.argv[1])).lock("up"):
         print("locked", flush=True)
         sys.stdin.readline()

@@ -8,8 +8,8 @@ from datetime import datetime
 
 from rich.console import Console
 
-from gpu_rent.report import StatusReport, operation_line
-from gpu_rent.state import Phase, State, StateStore
+from gpu_rent.project.state import Phase, State, StateStore
+from gpu_rent.rental.report import StatusReport, operation_line
 
 BEGUN = "2026-12-06T03:05:00Z"
 OPERATION = {"command": "up", "step": "renting and bootstrapping", "pid": 4242, "started_at": BEGUN}

@@ -1,4 +1,4 @@
-"""stop's head start (gpu_rent/stop_head_start.py): which recorded server the CLI asks Nova to delete."""
+"""stop's head start (gpu_rent/rental/stop_head_start.py): which recorded server the CLI asks Nova to delete."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from openstack import exceptions as sdk_exceptions
 
-from gpu_rent import stop_head_start
+from gpu_rent.rental import stop_head_start
 
 ID = "0a1b2c3d-0000-4000-8000-000000000001"
 

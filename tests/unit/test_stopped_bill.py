@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from gpu_rent import cloud
-from gpu_rent.stopped_bill import Prices, line
+from gpu_rent.cloud import view as cloud
+from gpu_rent.rental.stopped_bill import Prices, line
 
 T = 1_796_000_000.0
 PRICED = Prices(server=30.0, floating_ip=0.25, disk_gb=0.01)

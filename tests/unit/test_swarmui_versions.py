@@ -1,9 +1,9 @@
-"""Which SwarmUI versions are refused before anything is rented (gpu_rent/swarmui_versions.py)."""
+"""Which SwarmUI versions are refused before anything is rented (gpu_rent/project/swarmui_versions.py)."""
 
 import pytest
 
-from gpu_rent import swarmui_versions
-from gpu_rent.swarmui_versions import refusal, release
+from gpu_rent.project import swarmui_versions
+from gpu_rent.project.swarmui_versions import refusal, release
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_supported_or_unjudged_versions_pass(version):
 
 
 def test_the_default_is_the_pinned_commit_not_a_moving_branch():
-    from gpu_rent.config import KEYS
+    from gpu_rent.project.settings import KEYS
 
     assert KEYS["SWARMUI_VERSION"].default == swarmui_versions.PINNED
     assert len(swarmui_versions.PINNED) == 40 and all(c in "0123456789abcdef" for c in swarmui_versions.PINNED)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from keystoneauth1.identity import v3
 
-from gpu_rent import token_cache
+from gpu_rent.cloud import token_cache
 
 LOGIN = {"auth_url": "http://127.0.0.1:5000/v3", "username": "u", "password": "hunter2-secret", "project_name": "p"}
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_rent import cloud, config, up_head_start
-from gpu_rent import rental as rental_module
-from gpu_rent.killer_view import describe
-from gpu_rent.rental import OperationFailed, Rental, unguarded
-from gpu_rent.state import State
+from gpu_rent.cloud import view as cloud
+from gpu_rent.project import settings as config
+from gpu_rent.project.state import State
+from gpu_rent.rental import operations as rental_module
+from gpu_rent.rental import up_head_start
+from gpu_rent.rental.operations import OperationFailed, Rental, unguarded
+from gpu_rent.to_vm.killer_view import describe
 
 NOW = 1_800_000_000.0
 ARMED = {"server_id": "old", "tick_at": NOW - 20, "action": "keep", "reason": "grace after boot, 44 min left",

@@ -1,4 +1,4 @@
-"""The CLI asks up's lookup as playbooks/up.yml asks rental_lookup (gpu_rent/up_head_start.py), and hands it on."""
+"""The CLI asks up's lookup as playbooks/up.yml asks rental_lookup (rental/up_head_start.py), and hands it on."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from ansible.errors import AnsibleValueOmittedError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from gpu_rent import cloud, config, up_head_start
-from gpu_rent import rental as rental_module
-from gpu_rent.rental import Rental
-from gpu_rent.state import State, StateStore
+from gpu_rent.cloud import view as cloud
+from gpu_rent.project import settings as config
+from gpu_rent.project.state import State, StateStore
+from gpu_rent.rental import operations as rental_module
+from gpu_rent.rental import up_head_start
+from gpu_rent.rental.operations import Rental
 
 REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "playbooks" / "up.yml"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpu_rent import vm_end
+from gpu_rent.rental import vm_end
 
 SERVER = "0b7c1f6e-1d2a-4c8e-9f00-5e1a2b3c4d5e"
 T = 1_796_000_000.0  # a unix time

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpu_rent.watch_decision import Act, judge, may_recover, token_due
+from gpu_rent.watch.decision import Act, judge, may_recover, token_due
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_rent import wsl
+from gpu_rent.util import wsl
 
 URL = "http://127.0.0.1:17801"
 WSLVIEW, EXPLORER, POWERSHELL = "/usr/bin/wslview", "/mnt/c/Windows/explorer.exe", "/mnt/c/ps/powershell.exe"
@@ -117,7 +117,7 @@ def test_open_uses_the_windows_browser_in_wsl_and_python_elsewhere(monkeypatch, 
 
     from typer.testing import CliRunner
 
-    from gpu_rent import cli
+    from gpu_rent.cli import app as cli
 
     monkeypatch.setattr(cli, "_settings", lambda project: None)
     monkeypatch.setattr(cli, "_open_tunnel", lambda settings: {"url": URL})

@@ -1,1 +1,1 @@
-../../../gpu_rent/idle_decision.py
+../../../gpu_rent/on_vm/idle_decision.py

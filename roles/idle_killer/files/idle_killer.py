@@ -1,1 +1,1 @@
-../../../gpu_rent/idle_killer.py
+../../../gpu_rent/on_vm/idle_killer.py

@@ -1,1 +1,1 @@
-../../../gpu_rent/idle_look.py
+../../../gpu_rent/on_vm/idle_look.py

@@ -1,1 +1,1 @@
-../../../gpu_rent/ollama_name.py
+../../../gpu_rent/on_vm/ollama_name.py

@@ -1,1 +1,1 @@
-../../../gpu_rent/progress_line.py
+../../../gpu_rent/on_vm/progress_line.py

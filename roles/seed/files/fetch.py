@@ -32,9 +32,9 @@ import urllib.request
 from pathlib import Path
 
 try:
-    from gpu_rent.progress_line import MAX_STAGE as STAGE_MAX
-    from gpu_rent.progress_line import format_line as progress_line
-    from gpu_rent.progress_line import parse as parse_progress
+    from gpu_rent.on_vm.progress_line import MAX_STAGE as STAGE_MAX
+    from gpu_rent.on_vm.progress_line import format_line as progress_line
+    from gpu_rent.on_vm.progress_line import parse as parse_progress
 except ImportError:  # on the VM: progress_line.py lies beside this file
     from progress_line import MAX_STAGE as STAGE_MAX  # type: ignore[no-redef]
     from progress_line import format_line as progress_line  # type: ignore[no-redef]

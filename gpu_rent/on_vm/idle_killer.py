@@ -1,0 +1,634 @@
+"""The idle-killer on the VM: each tick looks at SwarmUI and the disk, decides, records why, and
+deletes this server and then its floating IP through the OpenStack API when it has been idle
+long enough.
+
+Runs on the VM from a systemd timer (the idle_killer role installs it with idle_look.py, what
+it looks at, and idle_decision.py, what it makes of that, beside it), so it is standard library
+only. Commands:
+
+  tick    look, decide (idle_decision.decide), write the status file and one journal line; delete
+          the server when the decision says so
+  check   authenticate with the credential only, and record whether Keystone accepts it
+  arm     write the config read from stdin (root only) when it differs, then check; --look UNIT: then
+          start UNIT for the first look. The role arms in this one command: one SSH round trip, not five
+
+What a tick looks at (idle_look): SwarmUI's GetGlobalStatus (every session's counters) and ListBackends (our
+self-start ComfyUI backends, one per GPU) in one session kept from tick to tick; the queue of every
+ComfyUI process in swarmui.service's cgroup, at the port its command line names (the port moves at
+each launch); partial downloads under Models; the seeding lock, the hold, and the data volume's
+mount and marker; each GPU's utilisation (nvidia-smi); the newest key typed in a terminal (the
+atime of /dev/pts/N, as `w` reads it); the LLM runtime's own activity (LLM_RUNTIME: Ollama's loaded
+models, llama.cpp's slots); the user's KEEP_ALIVE_COMMAND. SwarmUI's errors are read from their HTTP
+401/400 bodies and named by error_id.
+
+The config (/root/.gpu-rent/idle-killer.json, 0600) holds the credential; the status file holds
+no secret, and is what `gpu-rent status` reads over SSH.
+
+One file past 500 lines on purpose: it is the program the timer runs on the VM, copied there with
+its two siblings only; the config, the acting (Keystone, Nova, Neutron by urllib) and the commands
+share one Config and one status file and are read together when a VM went (or did not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+try:
+    from gpu_rent.on_vm.idle_decision import (
+        DELETE,
+        OUR_START_SCRIPT,
+        Decision,
+        Limits,
+        Memory,
+        Observation,
+        backends_line,
+        decide,
+    )
+except ImportError:  # on the VM: idle_decision.py lies beside this file
+    from idle_decision import (  # type: ignore[no-redef]
+        DELETE,
+        OUR_START_SCRIPT,
+        Decision,
+        Limits,
+        Memory,
+        Observation,
+        backends_line,
+        decide,
+    )
+
+try:
+    from gpu_rent.on_vm.idle_look import (
+        HTTP_TIMEOUT,
+        SwarmLook,
+        comfy_queues,
+        data_volume_problem,
+        fresh_downloads,
+        last_terminal_input,
+        live_comfy_ports,
+        llm_look,
+        read_gpus,
+        read_time,
+        run_keep_alive,
+        swarm_look,
+        why,
+    )
+except ImportError:  # on the VM: idle_look.py lies beside this file
+    from idle_look import (  # type: ignore[no-redef]
+        HTTP_TIMEOUT,
+        SwarmLook,
+        comfy_queues,
+        data_volume_problem,
+        fresh_downloads,
+        last_terminal_input,
+        live_comfy_ports,
+        llm_look,
+        read_gpus,
+        read_time,
+        run_keep_alive,
+        swarm_look,
+        why,
+    )
+
+# journald reads a "<N>" prefix as the line's priority: 2 crit, 4 warning, 6 info
+CRIT, WARNING, INFO = "<2>", "<4>", "<6>"
+GPU_FIELDS = ("index", "utilization", "memory_used")  # the status file's names of nvidia-smi's columns
+RETRY_PAUSE = 2.0  # seconds before the second try of a transient failure, doubled for the third
+
+
+@dataclass(frozen=True)
+class Config:
+    server_id: str
+    auth_url: str  # Keystone v3, e.g. https://cloud.api.selcloud.ru/identity/v3
+    credential_id: str | None  # the application credential; None: armed blind (no cloud given)
+    credential_secret: str | None = field(repr=False)
+    region_name: str | None = None
+    interface: str = "public"
+    floating_ip_id: str | None = None  # deleted after the server; None: kept (KEEP_FLOATING_IP, or not known)
+    idle_seconds: float = 1800
+    grace_seconds: float = 2700
+    cap_seconds: float = 3600
+    swarmui_url: str = "http://127.0.0.1:7801"
+    # gpu-rent's backends in ListBackends: self-start ComfyUI from this script (roles/swarmui)
+    comfy_start_script: str = OUR_START_SCRIPT
+    # ComfyUI's own queues (the Comfy Workflow tab can bypass SwarmUI's counters) are read at the
+    # ports of the ComfyUI processes in this unit's cgroup; comfy_ports, when given, instead.
+    swarmui_unit: str = "swarmui.service"
+    cgroup_root: str = "/sys/fs/cgroup"
+    proc_root: str = "/proc"
+    comfy_ports: tuple[int, ...] = ()
+    # the data volume SwarmUI's folders are bound from, and the file that says gpu-rent made it;
+    # an empty data_mount: not checked
+    data_mount: str = "/mnt/swarm_data"
+    data_marker: str = ".gpu-rent-ready"
+    models_dirs: tuple[str, ...] = ("/mnt/swarm_data/Models",)
+    hold_file: str = "/mnt/swarm_data/.gpu-rent-hold-until"
+    seeding_lock: str = "/run/gpu-rent/seeding"
+    status_file: str = "/run/gpu-rent/idle-killer.json"
+    # on the boot volume, which outlives the server: the next up tells why the VM before went
+    last_words_file: str = "/var/lib/gpu-rent/idle-killer-last-words.json"
+    credential_expires_at: str | None = None
+    credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
+    tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
+    armed_at: float = 0  # when this config was written (the role arms; the grace runs from then too)
+    gpu_percent: float | None = 10.0  # IDLE_GPU_PERCENT: a GPU busier than this is work; None: not read
+    nvidia_smi: str = "nvidia-smi"  # found on PATH, as the NVIDIA driver installs it
+    shell: bool = True  # IDLE_SHELL: a key typed in a terminal holds the clock back
+    pts_root: str = "/dev/pts"
+    keep_alive_command: str = ""  # KEEP_ALIVE_COMMAND, run by /bin/sh each tick; empty: none
+    keep_alive_timeout: float = 30  # seconds it may run before it counts as failed
+    billing_hour: str = "off"  # BILLING_HOUR: off, clock or rental
+    billing_margin_seconds: float = 180  # a paid hour is used up to this long before it ends
+    rental_started_at: float | None = None  # the server's creation (unix time), for BILLING_HOUR=rental
+    llm_runtime: str = "none"  # LLM_RUNTIME: ollama or llamacpp, whose own activity keeps the VM; none: no runtime
+    llm_url: str = "http://127.0.0.1:11434"  # the runtime's API on the VM (LLM_REMOTE_PORT)
+    llm: bool = True  # IDLE_LLM: the runtime is asked each tick; off: not looked at
+
+    @classmethod
+    def load(cls, path: Path) -> Config:
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, dict):  # a tick, a check and the arm all refuse it in words, not a traceback
+            raise ValueError("the config is not a JSON object")
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        for key in ("comfy_ports", "models_dirs"):  # JSON lists
+            if key in known:
+                known[key] = tuple(known[key])
+        for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds", "tick_seconds",
+                    "keep_alive_timeout"):  # fmt: skip
+            if key in known:
+                known[key] = float(known[key])
+        if "gpu_percent" in known:  # off (YAML reads it as false), empty or null: GPUs not looked at
+            raw = known["gpu_percent"]
+            known["gpu_percent"] = None if raw is False or raw in (None, "", "off", "False", "None") else float(raw)
+        for key in ("shell", "llm"):
+            if key in known:
+                known[key] = str(known[key]).lower() in ("true", "1", "yes", "on")
+        known["llm_runtime"] = str(known.get("llm_runtime") or "none")
+        if known["llm_runtime"] not in ("none", "ollama", "llamacpp"):
+            raise ValueError(f"llm_runtime {known['llm_runtime']!r} is none of none, ollama, llamacpp")
+        known["keep_alive_command"] = str(known.get("keep_alive_command") or "")
+        if "billing_margin_seconds" in known:
+            known["billing_margin_seconds"] = float(known["billing_margin_seconds"])
+        if known.get("billing_hour") not in (None, "off", "clock", "rental"):
+            raise ValueError(f"billing_hour {known['billing_hour']!r} is none of off, clock, rental")
+        # read only where it counts, and never fatal: a killer that cannot load its config deletes nothing
+        try:
+            rental = known.get("billing_hour") == "rental"
+            known["rental_started_at"] = _unix_time(known.get("rental_started_at")) if rental else None
+        except ValueError:
+            known["rental_started_at"] = None
+        known.setdefault("armed_at", path.stat().st_mtime)
+        return cls(**known)
+
+    def limits(self) -> Limits:
+        return Limits(
+            idle_seconds=self.idle_seconds,
+            grace_seconds=self.grace_seconds,
+            cap_seconds=self.cap_seconds,
+            gpu_percent=self.gpu_percent,
+            billing_hour=self.billing_hour or "off",
+            billing_margin_seconds=self.billing_margin_seconds,
+            rental_started_at=self.rental_started_at,
+        )
+
+
+def _unix_time(value: object) -> float | None:
+    """A unix time, or Nova's ISO 8601 ("2026-12-02T14:05:09Z"); None when empty."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value))  # a unix time handed over as text (-e on the command line)
+    except ValueError:
+        pass
+    text = str(value).replace("Z", "+00:00")
+    parsed = datetime.fromisoformat(text)
+    # timezone.utc, not datetime.UTC (3.11+): the VM's python3 may be Ubuntu 22.04's 3.10
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()  # noqa: UP017
+
+
+class CredentialRefused(Exception):
+    """Keystone or Nova said no to the credential (401/403): the killer is blind until re-armed."""
+
+
+class Unreachable(Exception):
+    """A transient failure: no answer, a timeout, a 5xx. The next try may work."""
+
+
+# ------------------------------------------------------------------ acting
+def authenticate(cfg: Config) -> tuple[str, list]:
+    """A token and the service catalogue, from the application credential."""
+    if not cfg.credential_id or not cfg.credential_secret:
+        raise CredentialRefused("no credential in the config (armed without the cloud)")
+    body = {"auth": {"identity": {"methods": ["application_credential"], "application_credential": {
+        "id": cfg.credential_id, "secret": cfg.credential_secret}}}}  # fmt: skip
+    request = urllib.request.Request(
+        cfg.auth_url.rstrip("/") + "/auth/tokens",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as reply:
+            token = reply.headers["X-Subject-Token"]
+            catalog = json.loads(reply.read())["token"].get("catalog") or []
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403, 404):
+            raise CredentialRefused(f"Keystone refused the credential ({why(e)})") from None
+        raise Unreachable(f"Keystone: {why(e)}") from None
+    except (OSError, ValueError, KeyError) as e:
+        raise Unreachable(f"Keystone at {cfg.auth_url}: {why(e)}") from None
+    return token, catalog
+
+
+def endpoint(catalog: list, service_type: str, interface: str, region: str | None) -> str:
+    found = [
+        ep
+        for service in catalog
+        if service.get("type") == service_type
+        for ep in service.get("endpoints") or ()
+        if ep.get("interface") == interface and region in (None, ep.get("region_id"), ep.get("region"))
+    ]
+    regions = {ep.get("region_id") or ep.get("region") for ep in found}
+    if region is None and len(regions) > 1:  # a DELETE in the wrong region answers 404: never guess
+        raise Unreachable(f"{service_type} in several regions ({', '.join(sorted(map(str, regions)))}): no region set")
+    if found:
+        return found[0]["url"].rstrip("/")
+    raise Unreachable(f"no {interface} {service_type} endpoint{f' in {region}' if region else ''} in the catalogue")
+
+
+def delete_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
+    """Delete this server (never its volumes: Nova keeps volumes made with delete_on_termination false)."""
+    token, catalog = login or authenticate(cfg)
+    url = f"{endpoint(catalog, 'compute', cfg.interface, cfg.region_name)}/servers/{cfg.server_id}"
+    request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="DELETE")
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
+            return f"asked Nova to delete server {cfg.server_id}"
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return f"server {cfg.server_id} is already gone"
+        body = e.read().decode(errors="replace")[:300]
+        if e.code == 409 and "delet" in body.lower():  # a delete (ours, a tick ago) is under way
+            return f"server {cfg.server_id} is being deleted already"
+        if e.code == 409:  # locked, or another task runs: try again next tick, say which
+            raise Unreachable(f"Nova: HTTP 409 {' '.join(body.split())}") from None
+        if e.code in (401, 403):
+            raise CredentialRefused(f"Nova refused to delete server {cfg.server_id} ({why(e)})") from None
+        raise Unreachable(f"Nova: {why(e)}") from None
+    except OSError as e:
+        raise Unreachable(f"Nova at {url}: {why(e)}") from None
+
+
+def delete_floating_ip(cfg: Config, login: tuple[str, list] | None = None) -> str:
+    """Delete the floating IP the server had: it bills by the hour with or without a server (Selectel).
+    Neutron takes the DELETE of an address still associated (it disassociates it first)."""
+    token, catalog = login or authenticate(cfg)
+    url = f"{endpoint(catalog, 'network', cfg.interface, cfg.region_name)}/v2.0/floatingips/{cfg.floating_ip_id}"
+    request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="DELETE")
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
+            return f"deleted floating IP {cfg.floating_ip_id}"
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return f"floating IP {cfg.floating_ip_id} is already gone"
+        if e.code in (401, 403):
+            raise CredentialRefused(f"Neutron refused to delete floating IP {cfg.floating_ip_id} ({why(e)})") from None
+        raise Unreachable(f"Neutron: {why(e)}") from None
+    except OSError as e:
+        raise Unreachable(f"Neutron at {url}: {why(e)}") from None
+
+
+def with_retries(action, tries: int = 3, pause: float | None = None):
+    """Transient failures are tried again a few times within the tick; the next tick tries anew."""
+    pause = RETRY_PAUSE if pause is None else pause  # read at the call: tests set it to 0
+    for attempt in range(tries):
+        try:
+            return action()
+        except Unreachable:
+            if attempt == tries - 1:
+                raise
+            time.sleep(pause * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+# ------------------------------------------------------------------ one tick
+def load_status(path: Path) -> dict:
+    """The last tick's record, each field checked: a damaged file must never stop the killer."""
+    try:
+        status = json.loads(path.read_text())
+    except (OSError, ValueError):
+        status = {}
+    if not isinstance(status, dict):
+        status = {}
+    for key in ("booted_at", "tick_at", "fires_at"):
+        if key in status and _number(status[key]) is None:
+            status.pop(key)
+    memory = status.get("memory") if isinstance(status.get("memory"), dict) else {}
+    status["memory"] = {k: _number(memory.get(k)) for k in Memory.__dataclass_fields__ if k != "llm_seen"}
+    seen = memory.get("llm_seen") if isinstance(memory.get("llm_seen"), dict) else {}
+    status["memory"]["llm_seen"] = {str(k): v for k, v in seen.items() if _number(v) is not None}
+    credential = status.get("credential") if isinstance(status.get("credential"), dict) else {}
+    credential["checked_at"] = _number(credential.get("checked_at"))
+    status["credential"] = credential
+    if not isinstance(status.get("session_id"), str):
+        status.pop("session_id", None)
+    return status
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def write_status(path: Path, status: dict, durable: bool = False) -> None:
+    """Whole or not at all; durable: through to the disk, its folder too (the guest may be cut off next)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(status, indent=1, sort_keys=True) + "\n")
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.chmod(partial, 0o644)
+    os.replace(partial, path)
+    if durable:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+@contextlib.contextmanager
+def status_lock(path: Path):
+    """One reader-writer of the status file at a time: a tick, or the check the role runs beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLook, list[dict]]:
+    """One look at everything that may keep the VM; also what SwarmUI and its ComfyUIs said."""
+    swarm = swarm_look(cfg.swarmui_url, status.get("session_id"), cfg.comfy_start_script)
+    ports = cfg.comfy_ports or live_comfy_ports(cfg.cgroup_root, cfg.swarmui_unit, cfg.proc_root)
+    comfy = comfy_queues(ports)
+    seen = Observation(
+        now=now,
+        booted_at=max(float(status.get("booted_at") or now), cfg.armed_at),
+        status=swarm.status,
+        error=swarm.error,
+        backends=swarm.backends,
+        backends_error=swarm.backends_error,
+        comfy_queue=sum(c["queue"] or 0 for c in comfy),
+        comfy_silent=tuple(c["port"] for c in comfy if c["queue"] is None),
+        downloads=fresh_downloads(cfg.models_dirs, now),
+        seeding_until=read_time(cfg.seeding_lock),
+        hold_until=read_time(cfg.hold_file),
+        data_volume=data_volume_problem(cfg.data_mount, cfg.data_marker),
+    )
+    if cfg.gpu_percent is not None:
+        gpu = read_gpus(cfg.nvidia_smi)
+        seen = replace(seen, gpus=gpu.gpus, gpu_error=gpu.error, gpu_absent=gpu.absent)
+    if cfg.shell:
+        seen = replace(seen, shell_input=last_terminal_input(cfg.pts_root))
+    if cfg.llm and cfg.llm_runtime != "none":
+        seen = replace(seen, llm=llm_look(cfg.llm_runtime, cfg.llm_url))
+    if cfg.keep_alive_command:
+        verdict, why = run_keep_alive(cfg.keep_alive_command, cfg.keep_alive_timeout)
+        seen = replace(seen, keep_alive=verdict, keep_alive_error=why)
+    return seen, swarm, comfy
+
+
+def tick(cfg: Config, now: float | None = None, say=print) -> dict:
+    with status_lock(Path(cfg.status_file)):
+        return _tick(cfg, now, say)
+
+
+def _tick(cfg: Config, now: float | None, say) -> dict:
+    path = Path(cfg.status_file)
+    before = load_status(path)
+    now = time.time() if now is None else now
+    seen, swarm, comfy = observe(cfg, before, now)
+    memory = Memory(**before["memory"])
+    decision = decide(seen, cfg.limits(), memory)
+    credential = dict(before["credential"] or {})
+    credential.setdefault("state", "unchecked")
+    status = {
+        "server_id": cfg.server_id,
+        "booted_at": before.get("booted_at") or now,
+        "armed_at": cfg.armed_at,
+        "tick_at": now,
+        "session_id": swarm.session_id,
+        "action": decision.action,
+        "reason": decision.reason,
+        # gpu-rent's ComfyUI backends in SwarmUI ("2 of 2 ComfyUI backends running"), and each
+        # ComfyUI process found with its own queue (None: it does not answer yet)
+        "backends": backends_line(seen.backends),
+        "comfyui": comfy,
+        # each GPU as nvidia-smi told it, None when not read (gpu_error says why)
+        "gpus": None if seen.gpus is None else [dict(zip(GPU_FIELDS, g, strict=True)) for g in seen.gpus],
+        "gpu_error": seen.gpu_error,
+        # what the LLM runtime told (its loaded models, slots or requests), None when not asked
+        "llm": None if seen.llm is None else asdict(seen.llm),
+        "fires_at": decision.fires_at,
+        "paid_until": decision.paid_until,
+        "memory": asdict(decision.memory),
+        "limits": asdict(cfg.limits()),
+        "credential": credential,
+        "credential_expires_at": cfg.credential_expires_at,
+    }
+    if decision.action == DELETE:
+        status.update(_delete(cfg, credential, now, say, decision.reason))
+        loud = CRIT if credential.get("state") == "refused" else WARNING
+        say(f"{loud}{decision.action}: {decision.reason}; {status['acted']}")
+    else:
+        if now - (credential.get("checked_at") or 0) >= cfg.credential_check_seconds:
+            credential.update(_check(cfg, now))
+        say(_line(decision, credential))
+    write_status(path, status)
+    return status
+
+
+def _line(decision: Decision, credential: dict) -> str:
+    when = f"; fires at {time.strftime('%H:%M:%S', time.localtime(decision.fires_at))}" if decision.fires_at else ""
+    line = f"{decision.action}: {decision.reason}{when}"
+    if credential.get("state") == "refused":
+        return f"{CRIT}{line}; CREDENTIAL REFUSED, this VM cannot delete itself: {credential.get('message')}"
+    return INFO + line
+
+
+def _delete(cfg: Config, credential: dict, now: float, say, reason: str = "") -> dict:
+    """The server first (the GPU is what bills most), then its floating IP, in one login, before the
+    VM goes: the next tick may never come."""
+    words = {"server_id": cfg.server_id, "at": now, "reason": reason, "acted": "deleting"}
+    _last_words(cfg, words)  # before the DELETE: once Nova takes it, the guest may not write again
+    try:
+        login = with_retries(lambda: authenticate(cfg))
+        done = with_retries(lambda: delete_server(cfg, login))
+    except CredentialRefused as e:
+        _forget_last_words(cfg)  # the server stays: words left would blame the killer for a later stop
+        credential.update(state="refused", checked_at=now, message=str(e))
+        return {"acted": f"CREDENTIAL REFUSED, cannot delete this server: {e}"}
+    except Unreachable as e:
+        _forget_last_words(cfg)
+        return {"acted": f"delete failed, tried again next tick: {e}"}
+    credential.update(state="ok", checked_at=now, message=None)
+    acted = {"acted": done, "deleted_at": time.time()}  # when Nova took the DELETE
+    if cfg.floating_ip_id:  # the guest is going: one quick second try, no next tick to count on
+        try:
+            acted["floating_ip"] = with_retries(lambda: delete_floating_ip(cfg, login), tries=2, pause=0.5)
+        except (CredentialRefused, Unreachable) as e:
+            acted["floating_ip"] = f"floating IP NOT deleted, it bills until `gpu-rent stop`: {e}"
+        acted["acted"] = f"{done}; {acted['floating_ip']}"
+    _last_words(cfg, {**words, "acted": acted["acted"], "deleted_at": acted["deleted_at"]})
+    return acted
+
+
+def _forget_last_words(cfg: Config) -> None:
+    if cfg.last_words_file:
+        with contextlib.suppress(OSError):
+            os.unlink(cfg.last_words_file)
+
+
+def _last_words(cfg: Config, words: dict) -> None:
+    """Why this server goes, kept where the next up reads it (written through to the disk: the guest
+    may be cut off at any moment after). Never fatal: the DELETE matters more."""
+    if not cfg.last_words_file:
+        return
+    path = Path(cfg.last_words_file)
+    try:
+        write_status(path, words, durable=True)
+    except OSError as e:
+        print(f"{WARNING}last words not kept at {path}: {e}", file=sys.stderr)
+
+
+def _check(cfg: Config, now: float) -> dict:
+    try:
+        with_retries(lambda: authenticate(cfg), tries=2)
+        return {"state": "ok", "checked_at": now, "message": None}
+    except CredentialRefused as e:
+        return {"state": "refused", "checked_at": now, "message": str(e)}
+    except Unreachable as e:
+        return {"state": "unreachable", "checked_at": now, "message": str(e)}
+
+
+def write_config(path: Path, text: str) -> bool:
+    """The config as the role renders it, root only (it holds the secret), whole or not at all, and only
+    once it loads as a Config; its folder root only too. True when anything changed: an unchanged file
+    keeps its mtime, which is when the grace began (Config.armed_at)."""
+    changed = False
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.parent.stat().st_mode) != 0o700:
+        os.chmod(path.parent, 0o700)
+        changed = True
+    with contextlib.suppress(FileNotFoundError):
+        if path.read_bytes() == text.encode() and stat.S_IMODE(path.stat().st_mode) == 0o600:
+            return changed
+    fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        Config.load(Path(partial))  # what the timer's tick would refuse is refused here, the old config kept
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a second copy of the secret is never left behind
+            os.unlink(partial)
+        raise
+    return True
+
+
+def check_and_record(cfg: Config) -> dict:
+    """Keystone asked whether it takes the credential, and the answer kept in the status file."""
+    path = Path(cfg.status_file)
+    result = _check(cfg, time.time())
+    with status_lock(path):
+        status = load_status(path)
+        status["credential"] = result
+        status.setdefault("server_id", cfg.server_id)
+        write_status(path, status)
+    return result
+
+
+def _said(result: dict) -> str:
+    return f"credential {result['state']}" + (f": {result['message']}" if result["message"] else "")
+
+
+def arm(path: Path, text: str, look_unit: str | None) -> int:
+    """One line of JSON: whether the config changed, what Keystone said, and the first look's end."""
+    try:
+        changed = write_config(path, text)
+        cfg = Config.load(path)
+    except (OSError, ValueError, TypeError) as e:  # UnicodeDecodeError is a ValueError
+        print(f"{CRIT}idle-killer config {path} not written, this VM cannot delete itself: {e}", file=sys.stderr)
+        return 2
+    result = check_and_record(cfg)
+    said = {"changed": changed, "credential_ok": result["state"] == "ok", "credential": _said(result)}
+    # An up (or seed-llm) arms before it seeds and holds the project's lock: a seeding lock here was left
+    # by a killed run on this VM (it lives in /run, which a new boot empties) and would keep the VM
+    # billing until its valid-until. Cleared here, in a round trip every up makes anyway; the seed role
+    # releases only its own. A direct playbook run beside a gpu-rent command holds no project lock and
+    # may clear that command's lock: its next part takes it again (fetch.py's download does not, on purpose).
+    try:
+        Path(cfg.seeding_lock).unlink()
+        said["seeding_lock"] = "cleared"
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        said["seeding_lock"] = f"not cleared: {e}"
+    if look_unit:  # a oneshot: systemctl returns when the look is done, so status reads it at once
+        try:
+            look = subprocess.run(["systemctl", "start", look_unit], capture_output=True, text=True)
+            said["look"] = "done" if look.returncode == 0 else (look.stderr.strip() or f"rc {look.returncode}")
+        except OSError as e:
+            said["look"] = str(e)
+    print(json.dumps(said))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu-rent-idle-killer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("tick", "check", "arm"))
+    parser.add_argument("--config", default="/root/.gpu-rent/idle-killer.json")
+    parser.add_argument("--look", metavar="UNIT", help="arm: start UNIT (the killer's service) after the check")
+    args = parser.parse_args(argv)
+    if args.command == "arm":
+        return arm(Path(args.config), sys.stdin.read(), args.look)
+    try:
+        cfg = Config.load(Path(args.config))
+    except (OSError, ValueError, TypeError) as e:
+        print(f"{CRIT}idle-killer config {args.config} unusable, this VM cannot delete itself: {e}", file=sys.stderr)
+        return 2
+    if args.command == "check":
+        result = check_and_record(cfg)
+        print(_said(result))
+        return 0 if result["state"] == "ok" else 1
+    status = tick(cfg)
+    # A deadline that falls before the next tick is kept to the second: wait for it, look again.
+    fires_at = status.get("fires_at")
+    if status["action"] != DELETE and fires_at and 0 < fires_at - time.time() <= cfg.tick_seconds:
+        time.sleep(max(0.0, fires_at - time.time()))
+        tick(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

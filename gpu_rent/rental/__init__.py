@@ -1,0 +1,1 @@
+"""Rent, stop and destroy through the playbooks, and what `status` says about the rental."""

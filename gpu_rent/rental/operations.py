@@ -1,0 +1,415 @@
+"""The rental's life: up, stop, destroy, and what status says about it.
+
+Each operation holds the project's lock, records the phase before it acts, and
+runs a playbook for every change to the cloud; ids reach the state file the
+moment a role records them, so an interrupted run never leaves a resource the
+next command cannot name.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_rent.cloud import token_cache
+from gpu_rent.cloud import view as cloud
+from gpu_rent.project import swarmui_versions
+from gpu_rent.project.settings import ENV_FILE, VARS_FILE, ConfigError, Settings, masked, resource_names
+from gpu_rent.project.state import Phase, State, StateCorrupt, StateError, StateStore
+from gpu_rent.rental import stop_head_start, stopped_bill, up_head_start, vm_end
+from gpu_rent.rental.runner import PlaybookResult, Progress, end_orphans, run_playbook
+
+
+class CloudUnreachable(Exception):
+    """Keystone did not answer or refused the credentials."""
+
+
+# up's lookup handed to up.yml (up_head_start.py), in the runtime dir for the playbook's run only
+UP_FOUND_FILE = "up-found.json"
+# Older than this once the confirmation came back (a person answered), up's lookup is asked again.
+LOOKUP_FRESH_SECONDS = 2.0
+_PHASE_REASONS = {"bootstrapping": "SSH answers", "ready_cloud": "SwarmUI answers with a running backend"}
+
+
+class OperationFailed(Exception):
+    """A playbook failed or was canceled; the state keeps the phase to resume from."""
+
+    def __init__(self, message: str, canceled: bool = False):
+        super().__init__(message)
+        self.canceled = canceled
+
+
+def connect(settings: Settings):
+    kept = settings.runtime_dir / token_cache.FILE
+    try:
+        conn = settings.cloud.connect()
+        login = {**conn.config.config["auth"], "auth_type": conn.config.config.get("auth_type")}
+        reused = token_cache.restore(conn.session.auth, kept, login)
+        conn.authorize()
+    except Exception as e:  # keystoneauth raises many kinds; all mean the same to the user
+        raise CloudUnreachable(f"cannot reach the cloud ({settings.cloud.describe()}): {_short(e)}") from None
+    if reused is None or conn.session.auth.get_auth_state() != reused:  # a new login: keep it for the next
+        token_cache.keep(conn.session.auth, kept, login)
+    return conn
+
+
+def _short(e: Exception) -> str:
+    text = masked(" ".join(str(e).split()))  # openstacksdk's errors quote the auth URL
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
+
+
+def load_state(store: StateStore, say: Callable[[str], None]) -> State:
+    """The state file, or a fresh one when it was corrupt (moved aside, never silently reset)."""
+    try:
+        return store.load()
+    except StateCorrupt as e:
+        say(str(e))
+        return State()
+
+
+# ---------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    what: str
+    name: str
+    action: str  # "create" or "reuse"
+    detail: str = ""
+
+
+def check_ssh_key(settings: Settings) -> None:
+    """The SSH key the VM's login will take, refused as bad input before anything is rented (ssh.check_login_key)."""
+    public = settings.ssh_public_key()
+    from gpu_rent.to_vm import ssh
+
+    try:
+        ssh.check_login_key(settings.ssh_key, public)
+    except ssh.SshError as e:
+        raise ConfigError(ENV_FILE, str(e), key="GPU_RENT_SSH_KEY") from None
+
+
+def refuse_unsupported(settings: Settings) -> None:
+    """A SwarmUI version known to lack what the idle-killer needs is bad input, refused before the cloud is asked."""
+    why = swarmui_versions.refusal(settings.swarmui_version)
+    if why:
+        raise ConfigError(VARS_FILE, why, key="SWARMUI_VERSION")
+
+
+def preflight(settings: Settings, view: cloud.CloudView, conn) -> None:
+    """Names in gpu-rent.vars that the cloud does not have: bad input, refused before anything is created."""
+    refuse_unsupported(settings)
+    names = resource_names(settings.name)
+    image_asked = view.volume(names["boot_volume"]) is None  # a boot volume made from it already: not needed
+    # asked side by side (each flavor is two calls, a miss then a list): refused in the order they are written
+    flavors, image, zones = cloud.side_by_side(
+        lambda: [conn.compute.find_flavor(name, ignore_missing=True) for name in settings.flavors()],
+        lambda: conn.image.find_image(settings.image, ignore_missing=True) if image_asked else True,
+        lambda: {z.name for z in conn.compute.availability_zones()},
+    )
+    for name, flavor in zip(settings.flavors(), flavors, strict=True):
+        if flavor is None:
+            key = "FLAVOR" if name == settings.flavor else "FLAVOR_FALLBACK"
+            raise ConfigError(VARS_FILE, f"{key}: flavor {name} does not exist in this cloud", key=key)
+    if image is None:
+        raise ConfigError(VARS_FILE, f"IMAGE={settings.image}: no such image in this cloud", key="IMAGE")
+    for pool in settings.pools():
+        if pool not in zones:
+            key = "POOL" if pool == settings.pool else "POOL_FALLBACK"
+            what = f"POOL={pool}" if key == "POOL" else f"POOL_FALLBACK: {pool}"
+            raise ConfigError(VARS_FILE, f"{what}: no such pool here (pools: {', '.join(sorted(zones))})", key=key)
+
+
+def plan(settings: Settings, view: cloud.CloudView, conn) -> list[PlanItem]:
+    """What `up` would create or reuse: the same answer for dry-run and for up's question."""
+    n = resource_names(settings.name)
+    items = []
+    volumes = [v for v in (view.volume(n["boot_volume"]), view.volume(n["data_volume"])) if v]
+    # Existing volumes pin the pool; without them, up tries POOL, then POOL_FALLBACK.
+    pool = volumes[0].availability_zone if volumes else settings.pool
+    where = pool if volumes else " or ".join(settings.pools())
+    net, sg, key = f"{settings.name}-net-{pool}", n["security_group"], n["keypair"]
+    # the preflight's questions and these beside each other: ten calls in a row took 0.4 s on the test
+    # ground, and each is 10-100 times slower on a real cloud; the preflight's refusal comes first
+    _, network, group, keypair = cloud.side_by_side(
+        lambda: preflight(settings, view, conn),
+        lambda: conn.network.find_network(net),
+        lambda: conn.network.find_security_group(sg),
+        lambda: conn.compute.find_keypair(key),
+    )
+    items.append(PlanItem("network", net, "reuse" if network else "create", settings.subnet_cidr))
+    items.append(PlanItem("security group", sg, "reuse" if group else "create"))
+    items.append(PlanItem("key pair", key, "reuse" if keypair else "create"))
+    for label, name, size in (
+        ("boot volume", n["boot_volume"], settings.boot_volume_gb),
+        ("data volume", n["data_volume"], settings.data_volume_gb),
+    ):
+        vol = view.volume(name)
+        detail = f"{vol.size} GB in {vol.availability_zone}, {vol.status}" if vol else f"{size} GB in {where}"
+        if label == "boot volume" and not vol:
+            detail += f" from image {settings.image}"
+        items.append(PlanItem(label, name, "reuse" if vol else "create", detail))
+    server = view.server(n["server"])
+    if server and server.status != "ERROR":
+        items.append(PlanItem("server", server.name, "reuse", f"{server.status}, {server.flavor}"))
+    else:  # none, or one in ERROR that up deletes (volumes kept) and rents anew
+        price = f", at most {settings.price_per_hour:g}/hour" if settings.price_per_hour is not None else ""
+        flavors = " → ".join(settings.flavors())
+        items.append(PlanItem("server", n["server"], "create", f"preemptible, {flavors} in {where}{price}"))
+    ours = next((ip for ip in view.floating_ips if ip.description == n["floating_ip_description"]), None)
+    items.append(PlanItem("floating IP", ours.address if ours else "-", "reuse" if ours else "create"))
+    return items
+
+
+def unguarded(state: State, server_name: str, *, created: bool, armed: bool, before: str | None) -> str | None:
+    """What an up that ended early must say when it left a server it created billing with no idle-killer armed
+    for it: the killer a reused boot volume brings is armed for the server before (killer_view.describe).
+    before: the server id the state held when the up began (the VM before, which the idle-killer may have
+    deleted overnight): an up that failed before its create leaves that id, and nothing of it bills."""
+    server = state.resources.get("server")
+    if not created or armed or not server or server == before:
+        return None
+    return (
+        f"server {server_name} bills by the hour and no idle-killer is armed on it yet, so nothing deletes it "
+        "when idle: `gpu-rent up` resumes and arms it, `gpu-rent stop` ends it"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- operations
+
+
+class Rental:
+    def __init__(
+        self, settings: Settings, say: Callable[[str], None], progress: Callable, cancel: threading.Event | None = None
+    ):
+        self.settings = settings
+        self.cancel = cancel  # set from another thread (the watchdog closing) to cancel a running playbook
+        self.store = StateStore(settings.project_dir)
+        self.say = say
+        self.progress = progress  # context manager factory: title -> callback(Progress)
+        # called with the resources once the VM's idle-killer has taken its first look (up shows its status)
+        self.killer_looked: Callable[[dict], None] | None = None
+        self.killer_armed = False  # the last playbook armed the idle-killer (it took its first look)
+
+    def _run(self, state: State, playbook: str, title: str, extravars: dict | None = None) -> PlaybookResult:
+        def record(data: dict) -> None:
+            for key, value in (data.get("gpu_rent_resources") or {}).items():
+                if value is None:
+                    state.resources.pop(key, None)
+                else:
+                    state.resources[key] = str(value)
+            if data.get("gpu_rent_destroyed"):
+                state.resources.clear()
+            for key in ("flavor", "pool"):
+                if data.get(f"gpu_rent_{key}"):
+                    setattr(state, key, data[f"gpu_rent_{key}"])
+            if isinstance(data.get("gpu_rent_gpu"), dict):
+                state.gpu = str(data["gpu_rent_gpu"].get("report") or "") or None
+            for server in data.get("gpu_rent_deleted_servers") or ():  # what status says once it is gone
+                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, vm_end.stopped(server, time.time(), playbook))
+            if isinstance(data.get("gpu_rent_last_words"), dict):  # the VM before this one: why its killer fired
+                end = vm_end.from_last_words(data["gpu_rent_last_words"])
+                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, end)
+                self.say(f"the VM before this one was {vm_end.line(end)}")
+            if data.get("gpu_rent_note"):  # a role's word to the user, e.g. what happens at the next up
+                self.say(str(data["gpu_rent_note"]))
+            if data.get("gpu_rent_killer_looked"):
+                self.killer_armed = True
+                if self.killer_looked:  # its status file is there to read
+                    self.killer_looked(dict(state.resources))
+            phase = data.get("gpu_rent_phase")  # the playbook says where it got: SSH answers, SwarmUI ready
+            if phase:
+                # an error here must not escape into ansible-runner's event loop (it would orphan the play)
+                try:
+                    state.move_to(phase, _PHASE_REASONS.get(phase, playbook))
+                except StateError as e:
+                    self.say(f"state: {e}; kept {state.phase}")
+            try:
+                self.store.save(state)
+            except OSError as e:
+                self.say(f"state: could not save {self.store.path}: {e.strerror}")
+
+        self._end_orphans()
+        self.killer_armed = False
+        state.begin_operation(playbook, title)
+        self.store.save(state)
+        with self.progress(title) as show:
+            result = run_playbook(
+                playbook,
+                project_dir=self.settings.project_dir,
+                cloud_auth=self.settings.cloud.ansible_params(),
+                extravars=extravars,
+                on_progress=show,
+                on_stats=record,
+                cancel_event=self.cancel,
+            )
+        state.end_operation()
+        self.store.save(state)
+        if result.canceled:
+            raise OperationFailed(f"{playbook} canceled; the next command resumes from {state.phase}", canceled=True)
+        if not result.ok:
+            raise OperationFailed(f"{playbook}: {result.failure} (log: {_rel(result.log, self.settings)})")
+        return result
+
+    def _end_orphans(self) -> None:
+        ended = end_orphans(self.settings.project_dir)
+        if ended:
+            self.say(f"ended {ended} playbook processes that a killed gpu-rent command had left running")
+
+    def _record_early(self, state: State, early: dict) -> None:
+        """The server up's head start asked for (and the address it took), in the state before the playbook
+        starts: should the playbook never get as far as recording them, stop and status still name them."""
+        if not early.get("created"):
+            return
+        state.resources["server"] = str(early["server"]["id"])
+        address = early.get("floating_ip") or {}
+        if address.get("id"):
+            state.resources["floating_ip"] = str(address["id"])
+            state.resources["floating_ip_address"] = str(address.get("floating_ip_address") or "")
+        self.store.save(state)
+
+    def up(self, confirm: Callable[[list[PlanItem]], bool], extra: dict | None = None) -> tuple[State, PlaybookResult]:
+        check_ssh_key(self.settings)  # a key the login would refuse is bad input: before anything is rented
+        refuse_unsupported(self.settings)
+        cidr = self.settings.resolved_operator_cidr()
+        with self.store.lock("up"):
+            state = load_state(self.store, self.say)
+            before = state.resources.get("server")
+            conn = connect(self.settings)
+            extra = extra or {}
+            asked = up_head_start.questions(self.settings, bool(extra.get("gpu_rent_reuse_only")))
+
+            def observed_and_planned() -> tuple[cloud.CloudView, list[PlanItem]]:
+                view = cloud.observe(conn, self.settings.name)
+                return view, plan(self.settings, view, conn)
+
+            # the playbook's lookup beside the look and the plan: this process has logged in and found the
+            # services already, and the warm restart's server is created as soon as both are done
+            (view, items), found = cloud.side_by_side(observed_and_planned, lambda: up_head_start.ask(conn, asked))
+            looked = time.monotonic()
+            server = view.server(resource_names(self.settings.name)["server"], state.resources.get("server"))
+            address = cloud.our_address(view, server, self.settings.name)
+            bill = stopped_bill.for_server(self.settings, view, server, address) if server else None
+            if bill:  # preempted with the laptop closed: say what it cost while nobody looked
+                self.say(f"server {server.name}: {bill}; bringing it back")
+            creates_server = any(i.action == "create" and i.what == "server" for i in items)
+            if creates_server and not confirm(items):
+                raise OperationFailed("nothing rented: not confirmed", canceled=True)
+            if time.monotonic() - looked > LOOKUP_FRESH_SECONDS:  # a person answered: the cloud may have moved
+                found = up_head_start.ask(conn, asked)
+            self._end_orphans()  # before anything changes the cloud: an orphaned up would rent a second server
+            state.move_to(Phase.PROVISIONING, "up")
+            self.store.save(state)
+            handover = self.settings.runtime_dir / UP_FOUND_FILE
+            try:
+                found = up_head_start.start(conn, asked, found, handover)  # Nova builds while ansible starts
+                self._record_early(state, found["early"])
+                handed = {"gpu_rent_operator_cidr": cidr, "gpu_rent_up_found_file": str(handover), **extra}
+                result = self._run(state, "up", "renting and bootstrapping", handed)
+            except OperationFailed as e:
+                name = resource_names(self.settings.name)["server"]
+                warning = unguarded(state, name, created=creates_server, armed=self.killer_armed, before=before)
+                if warning:
+                    raise OperationFailed(f"{e}; {warning}", canceled=e.canceled) from None
+                raise
+            finally:
+                handover.unlink(missing_ok=True)
+            return state, result
+
+    def stop(self) -> State:
+        with self.store.lock("stop"):
+            state = load_state(self.store, self.say)
+            conn = connect(self.settings)
+            recorded = state.resources.get("server")
+            name = resource_names(self.settings.name)["server"]
+            self._end_orphans()
+            if recorded and stop_head_start.ask_for_delete(conn, recorded, name):
+                # deleted by this stop, whatever the playbook finds of it (Nova may be done before it looks)
+                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, vm_end.stopped(recorded, time.time()))
+            self._run(state, "stop", "stopping")
+            if recorded:  # deleted by this stop (its playbook recorded that), or gone before: whose doing
+                vm_end.settle(self.settings.runtime_dir, conn, recorded)
+            state.move_to(Phase.IDLE, "stop")
+            self.store.save(state)
+            return state
+
+    def _require_running_vm(self, what: str, hint: str) -> None:
+        """Commands that act on the VM refuse, as bad input, when no server of this project is ACTIVE."""
+        conn = connect(self.settings)
+        server = cloud.observe(conn, self.settings.name).server(resource_names(self.settings.name)["server"])
+        if server is None or server.status != "ACTIVE":
+            found = server.status if server else "no server"
+            raise ConfigError("arguments", f"no running VM to {what} ({found}): {hint}")
+
+    def seed(self, part: str, update: bool = False) -> State:
+        """Re-run one part of seeding (extensions, autocomplete, models) on the running VM."""
+        with self.store.lock(f"seed-{part}"):
+            state = load_state(self.store, self.say)
+            self._require_running_vm("seed", "run gpu-rent up first")
+            self._run(state, "seed", f"seeding {part}", {"seed_only": part, "seed_update": update})
+            return state
+
+    def seed_llm(self) -> State:
+        """The LLM runtime and the models of ollama-models.yaml on the running VM (what up does with it on)."""
+        if self.settings.llm_runtime == "none":
+            raise ConfigError(
+                VARS_FILE,
+                "LLM_RUNTIME=none: no LLM runtime to install; set LLM_RUNTIME=ollama or llamacpp",
+                key="LLM_RUNTIME",
+            )
+        with self.store.lock("seed-llm"):
+            state = load_state(self.store, self.say)
+            self._require_running_vm("seed the LLM runtime on", "run gpu-rent up first")
+            self._run(state, "seed_llm", "the LLM runtime and its models")
+            return state
+
+    def hold(self, until: float | None) -> State:
+        """Write (or clear, for None) the hold the VM's idle-killer honours."""
+        with self.store.lock("hold"):
+            state = load_state(self.store, self.say)
+            self._require_running_vm("hold", "nothing bills; gpu-rent up")
+            value = "clear" if until is None else str(int(until))
+            self._run(state, "hold", "holding" if until else "clearing the hold", {"gpu_rent_hold_until": value})
+            return state
+
+    def resize_data(self, gb: int) -> tuple[State, int]:
+        """Grow the data volume to `gb` GiB and, on a running VM, its filesystem; returns the size before."""
+        with self.store.lock("resize-data"):
+            state = load_state(self.store, self.say)
+            conn = connect(self.settings)
+            name = resource_names(self.settings.name)["data_volume"]
+            volume = cloud.observe(conn, self.settings.name).volume(name)
+            if volume is None:
+                raise ConfigError("--gb", f"there is no data volume {name} yet: gpu-rent up makes it")
+            if gb < volume.size:
+                raise ConfigError(
+                    "--gb", f"{gb} GB is smaller than the data volume ({volume.size} GB): volumes only grow"
+                )
+            if gb > volume.size:
+                self._run(state, "resize_data", "growing the data volume", {"gpu_rent_grow_data_gb": gb})
+            return state, volume.size
+
+    def destroy(self) -> State:
+        with self.store.lock("destroy"):
+            state = load_state(self.store, self.say)
+            connect(self.settings)
+            self._run(state, "destroy", "destroying", {"gpu_rent_i_understand_data_loss": True})
+            state.move_to(Phase.IDLE, "destroy")
+            state.resources.clear()
+            self.store.save(state)
+            return state
+
+
+def _rel(path: Path | None, settings: Settings) -> str:
+    if path is None:
+        return "-"
+    try:
+        return str(path.relative_to(settings.project_dir))
+    except ValueError:
+        return str(path)
+
+
+__all__ = ["CloudUnreachable", "OperationFailed", "PlanItem", "Progress", "Rental", "plan"]

@@ -1,0 +1,1 @@
+"""`gpu-rent setup`: asks, checks the login, writes the project folder. It rents nothing."""

@@ -1,0 +1,1 @@
+"""Helpers that know nothing of gpu-rent: atomic writes, locks, processes, lazy imports, notifications."""
