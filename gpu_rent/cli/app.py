@@ -33,6 +33,8 @@ from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
 from gpu_rent.project import llm_models
 from gpu_rent.project import settings as config
+from gpu_rent.project.env import DEFAULT_SSH_KEY, KnownCloud
+from gpu_rent.project.errors import ConfigError, masked
 from gpu_rent.project.state import Phase, StateError, StateLocked, StateStore
 from gpu_rent.rental.hold import hold_until
 from gpu_rent.rental.operations import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
@@ -104,17 +106,17 @@ def main_callback(
             raise typer.Exit(ExitCode.BAD_INPUT) from None
 
 
-def _settings(project: Path, known_cloud: config.KnownCloud | None = None) -> config.Settings:
+def _settings(project: Path, known_cloud: KnownCloud | None = None) -> config.Settings:
     try:
         return config.load(project, known_cloud=known_cloud)
-    except config.ConfigError as e:
+    except ConfigError as e:
         error(str(e))
         raise typer.Exit(ExitCode.BAD_INPUT) from None
 
 
 def _fail(e: Exception) -> typer.Exit:
     """One line for the user, and the exit code that goes with the kind of failure."""
-    if isinstance(e, config.ConfigError):
+    if isinstance(e, ConfigError):
         error(str(e))
         return typer.Exit(ExitCode.BAD_INPUT)
     if isinstance(e, StateLocked):
@@ -124,7 +126,7 @@ def _fail(e: Exception) -> typer.Exit:
         error(str(e))
         return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
     if isinstance(e, cloud_errors()):
-        error(f"the cloud refused or failed a request: {config.masked(' '.join(str(e).split()))[:400]}")
+        error(f"the cloud refused or failed a request: {masked(' '.join(str(e).split()))[:400]}")
         return typer.Exit(ExitCode.CLOUD_UNREACHABLE)
     if isinstance(e, OperationFailed):
         if e.canceled:
@@ -184,7 +186,7 @@ def _tells_when_long(what: str) -> Callable:
 
 def handled() -> tuple[type[Exception], ...]:
     """The failures a command reports in one line and an exit code (_fail), not with a traceback."""
-    return (config.ConfigError, StateError, CloudUnreachable, OperationFailed, *cloud_errors(), OSError)
+    return (ConfigError, StateError, CloudUnreachable, OperationFailed, *cloud_errors(), OSError)
 
 
 def _rental(settings: config.Settings) -> Rental:
@@ -236,9 +238,7 @@ def setup(
     image: Annotated[str | None, typer.Option("--image", help="Boot image, by name or id (IMAGE).")] = None,
     key: Annotated[
         Path | None,
-        typer.Option(
-            "--key", help="SSH private key for the VM (GPU_RENT_SSH_KEY).", show_default=config.DEFAULT_SSH_KEY
-        ),
+        typer.Option("--key", help="SSH private key for the VM (GPU_RENT_SSH_KEY).", show_default=DEFAULT_SSH_KEY),
     ] = None,
     new_key: Annotated[
         bool, typer.Option("--new-key", help="Make an ed25519 key (in the project folder unless --key says where).")
@@ -412,7 +412,7 @@ def up(
         if yes:
             return True
         if not sys.stdin.isatty():
-            raise config.ConfigError("arguments", "up would rent a server: confirm with --yes (no terminal to ask on)")
+            raise ConfigError("arguments", "up would rent a server: confirm with --yes (no terminal to ask on)")
         return typer.confirm("Rent it?", default=False)
 
     rental = _rental(settings)

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_rent.cloud import token_cache
-from gpu_rent.project.settings import RUNTIME_DIR
+from gpu_rent.project.state import RUNTIME_DIR
 from gpu_rent.util.atomic import write_atomically
 
 if TYPE_CHECKING:
-    from gpu_rent.project.settings import CloudAuth
+    from gpu_rent.project.env import CloudAuth
 
 FILE = "cloud-route.json"
 

@@ -6,6 +6,8 @@ all, import it from below rather than from each other.
 
 from __future__ import annotations
 
+import re
+
 
 class ConfigError(Exception):
     """One line: `<file>[:<line>]: <what is wrong and what is expected>`."""
@@ -19,3 +21,9 @@ class ConfigError(Exception):
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
         return f"{where}: {self.message}"
+
+
+def masked(text: str) -> str:
+    """text as an output line may show it: a URL's user:secret@ never (the line may be logged), but ***@. Up to the
+    last @ before a space or the end: a password may hold @ or /, and to hide a host too is the lesser harm."""
+    return re.sub(r"(://)\S*@", r"\1***@", text)

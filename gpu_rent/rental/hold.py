@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from gpu_rent.project.settings import ConfigError
+from gpu_rent.project.errors import ConfigError
 
 WHERE = "arguments"
 HOLD_FILE = "/mnt/swarm_data/.gpu-rent-hold-until"

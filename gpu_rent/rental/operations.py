@@ -17,7 +17,10 @@ from pathlib import Path
 from gpu_rent.cloud import token_cache
 from gpu_rent.cloud import view as cloud
 from gpu_rent.project import swarmui_versions
-from gpu_rent.project.settings import ENV_FILE, VARS_FILE, ConfigError, Settings, masked, resource_names
+from gpu_rent.project.env import ENV_FILE
+from gpu_rent.project.errors import ConfigError, masked
+from gpu_rent.project.keys import VARS_FILE
+from gpu_rent.project.settings import Settings, resource_names
 from gpu_rent.project.state import Phase, State, StateCorrupt, StateError, StateStore
 from gpu_rent.rental import stop_head_start, stopped_bill, up_head_start, vm_end
 from gpu_rent.rental.runner import PlaybookResult, Progress, end_orphans, run_playbook

@@ -16,7 +16,8 @@ from gpu_rent.cloud import plain_http as cloud_http
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
 from gpu_rent.project import swarmui_versions
-from gpu_rent.project.settings import ConfigError, Settings, masked, resource_names
+from gpu_rent.project.errors import ConfigError, masked
+from gpu_rent.project.settings import Settings, resource_names
 from gpu_rent.project.state import Phase, StateLocked, StateStore
 from gpu_rent.rental import stopped_bill, vm_end
 from gpu_rent.rental.operations import check_ssh_key, connect, load_state

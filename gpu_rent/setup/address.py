@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpu_rent.project import settings as config
-from gpu_rent.project.settings import CloudAuth, ConfigError
+from gpu_rent.project.env import CloudAuth
+from gpu_rent.project.errors import ConfigError
 from gpu_rent.setup.login import WHERE
 
 OPTION = "--operator-cidr"

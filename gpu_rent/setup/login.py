@@ -17,7 +17,8 @@ from pathlib import Path
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
 
-from gpu_rent.project.settings import CloudAuth, ConfigError, masked
+from gpu_rent.project.env import CloudAuth
+from gpu_rent.project.errors import ConfigError, masked
 from gpu_rent.rental.operations import CloudUnreachable
 
 WHERE = "setup"

@@ -24,16 +24,11 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 from gpu_rent.project import llm_models
-from gpu_rent.project.settings import (
-    DEFAULT_SSH_KEY,
-    ENV_FILE,
-    RUNTIME_DIR,
-    VARS_FILE,
-    CloudAuth,
-    ConfigError,
-    value_problem,
-)
-from gpu_rent.project.settings import check_vars_text as config_check_vars_text
+from gpu_rent.project.env import DEFAULT_SSH_KEY, ENV_FILE, CloudAuth
+from gpu_rent.project.errors import ConfigError
+from gpu_rent.project.keys import VARS_FILE, value_problem
+from gpu_rent.project.keys import check_vars_text as config_check_vars_text
+from gpu_rent.project.state import StateStore
 from gpu_rent.setup import address as setup_address
 from gpu_rent.setup import catalog as setup_catalog
 from gpu_rent.setup import login as setup_login
@@ -497,7 +492,7 @@ def _renames_a_rental(project: Path, values: dict[str, str | None]) -> str | Non
     if "NAME" not in values or _unquoted(values["NAME"] or "") == (existing_vars_of(project, "NAME") or ""):
         return None
     try:
-        resources = json.loads((project / RUNTIME_DIR / "state.json").read_text(encoding="utf-8")).get("resources")
+        resources = json.loads(StateStore(project).path.read_text(encoding="utf-8")).get("resources")
     except (OSError, ValueError, AttributeError):
         return None
     if resources:

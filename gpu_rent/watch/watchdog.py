@@ -26,7 +26,8 @@ import asyncssh
 import openstack.exceptions
 from keystoneauth1 import exceptions as ksa_exceptions
 
-from gpu_rent.project.settings import ConfigError, Settings, resource_names
+from gpu_rent.project.errors import ConfigError
+from gpu_rent.project.settings import Settings, resource_names
 from gpu_rent.project.state import Phase, StateError, StateLocked, StateStore
 from gpu_rent.rental import vm_end
 from gpu_rent.rental.operations import CloudUnreachable, OperationFailed, Rental, connect, load_state

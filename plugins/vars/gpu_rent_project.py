@@ -29,6 +29,7 @@ from ansible.plugins.vars import BaseVarsPlugin
 
 try:
     from gpu_rent.project import settings as config
+    from gpu_rent.project.errors import ConfigError
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from gpu_rent.project import settings as config
@@ -51,7 +52,7 @@ def project_vars() -> dict:
                 found = settings.ansible_vars()
                 if settings.cloud is not None:  # a direct run: resolve "auto" here, as the CLI does
                     found["gpu_rent_operator_cidr"] = settings.resolved_operator_cidr()
-            except config.ConfigError as e:
+            except ConfigError as e:
                 raise AnsibleError(f"gpu-rent configuration: {e}") from None
             if auth_file:
                 path = Path(auth_file)

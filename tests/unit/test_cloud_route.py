@@ -14,7 +14,7 @@ import pytest
 
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud.route import CALLS, Call, Route
-from gpu_rent.project.settings import CloudAuth
+from gpu_rent.project.env import CloudAuth
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-secret"
@@ -92,7 +92,7 @@ APPEARS = """
 import json, sys
 from pathlib import Path
 from gpu_rent.cloud import route as cloud_route
-from gpu_rent.project.settings import CloudAuth
+from gpu_rent.project.env import CloudAuth
 from tests.unit.test_cloud_route import kept
 
 auth = CloudAuth(cloud="test", config_file=Path(sys.argv[1]))

@@ -47,7 +47,7 @@ def test_every_role_declares_its_arguments_and_prefixes_its_variables():
 
 
 def test_the_readme_documents_every_setting():
-    from gpu_rent.project.settings import KEYS
+    from gpu_rent.project.keys import KEYS
 
     readme = (REPO / "README.md").read_text()
     missing = [key for key in KEYS if f"`{key}`" not in readme]

@@ -13,7 +13,10 @@ import pytest
 
 from gpu_rent.project import settings as config
 from gpu_rent.project import swarmui_versions
-from gpu_rent.project.settings import KEYS, CloudAuth, ConfigError, Settings, load
+from gpu_rent.project.env import CloudAuth
+from gpu_rent.project.errors import ConfigError, masked
+from gpu_rent.project.keys import _PARSERS, KEYS
+from gpu_rent.project.settings import Settings, load
 
 PASSWORD = "pw-SECRET-7f3a"
 APP_SECRET = "appcred-SECRET-91c2"
@@ -392,7 +395,7 @@ def test_keys_table_matches_settings_fields() -> None:
         assert kind and meaning, key
         # a default written into gpu-rent.vars must mean the same as leaving the key out
         if isinstance(default, str | int | float):
-            assert config._PARSERS[key](str(default)) == default, key
+            assert _PARSERS[key](str(default)) == default, key
 
 
 def test_every_key_given(tmp_path: Path) -> None:
@@ -632,10 +635,7 @@ def test_an_auth_url_is_shown_without_its_user_and_password(tmp_path: Path) -> N
     assert cloud.describe() == "OS_AUTH_URL (http://***@127.0.0.1:5999/v3), project p"
     assert repr(cloud) == "CloudAuth(auth_url='http://***@127.0.0.1:5999/v3')"
     # up to the last @: a password may hold @ and /, which URLs should escape and people do not
-    assert (
-        config.masked("to http://me:p@ss/w@127.0.0.1:9/v3/auth: refused")
-        == "to http://***@127.0.0.1:9/v3/auth: refused"
-    )
+    assert masked("to http://me:p@ss/w@127.0.0.1:9/v3/auth: refused") == "to http://***@127.0.0.1:9/v3/auth: refused"
 
 
 def test_password_auth_from_os_variables(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from gpu_rent.project.settings import ConfigError
+from gpu_rent.project.errors import ConfigError
 from gpu_rent.rental.hold import hold_until
 
 NOW = datetime(2026, 11, 29, 20, 0).timestamp()

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from gpu_rent.project import llm_models
 from gpu_rent.project import settings as config
+from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.llm_models import MODELS_FILE, ModelsFileError, load, ollama_name_parts, ollama_name_problem
 
 SHA = "ab" * 32
@@ -243,7 +244,7 @@ def test_settings_carry_the_runtimes_models_to_the_playbooks(tmp_path):
 
 
 def test_a_bad_models_file_is_a_config_error_naming_its_line(tmp_path):
-    with pytest.raises(config.ConfigError) as caught:
+    with pytest.raises(ConfigError) as caught:
         config.load(project(tmp_path, "llamacpp", "llamacpp:\n  - {url: x}\n"), with_cloud=False)
     assert (caught.value.file, caught.value.line) == (MODELS_FILE, 2)
     assert str(caught.value) == "ollama-models.yaml:2: llamacpp[1]: url must be a https or http URL of a GGUF file"

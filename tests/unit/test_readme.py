@@ -8,6 +8,7 @@ import typer
 
 from gpu_rent.cli.app import app
 from gpu_rent.project import settings as config
+from gpu_rent.project.keys import KEYS, REQUIRED, VARS_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "gpu-rent.vars"
@@ -39,10 +40,10 @@ def _example_lines() -> dict[str, tuple[bool, str]]:
 
 def test_the_example_lists_every_key_with_its_default():
     lines = _example_lines()
-    assert set(lines) == set(config.KEYS)
-    for key, spec in config.KEYS.items():
+    assert set(lines) == set(KEYS)
+    for key, spec in KEYS.items():
         commented, value = lines[key]
-        if spec.default is config.REQUIRED:
+        if spec.default is REQUIRED:
             assert not commented and value, f"{key} is required: the example must set it"
         else:
             assert commented, f"{key} is optional: the example shows it commented out"
@@ -50,15 +51,15 @@ def test_the_example_lists_every_key_with_its_default():
 
 
 def test_the_example_loads_and_its_shown_defaults_are_the_defaults(tmp_path):
-    shutil.copy(EXAMPLE, tmp_path / config.VARS_FILE)
+    shutil.copy(EXAMPLE, tmp_path / VARS_FILE)
     as_is = config.load(tmp_path, with_cloud=False)
     # every commented default switched on must give exactly what leaving it out gives
     text = EXAMPLE.read_text(encoding="utf-8")
-    (tmp_path / config.VARS_FILE).write_text(re.sub(r"(?m)^# ([A-Z][A-Z0-9_]*=)", r"\1", text), encoding="utf-8")
+    (tmp_path / VARS_FILE).write_text(re.sub(r"(?m)^# ([A-Z][A-Z0-9_]*=)", r"\1", text), encoding="utf-8")
     switched_on = config.load(tmp_path, with_cloud=False)
     assert as_is == switched_on
-    for key, spec in config.KEYS.items():
-        if spec.default is not config.REQUIRED:
+    for key, spec in KEYS.items():
+        if spec.default is not REQUIRED:
             assert getattr(as_is, key.lower()) == spec.default, key
 
 

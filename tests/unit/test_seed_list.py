@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.seed_list import load
-from gpu_rent.project.settings import ConfigError
 
 SHA = "ab" * 32
 

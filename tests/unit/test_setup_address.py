@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from gpu_rent.cli import app as cli
 from gpu_rent.project import settings as config
-from gpu_rent.project.settings import ConfigError, load
+from gpu_rent.project.errors import ConfigError
+from gpu_rent.project.settings import load
 from gpu_rent.setup import address as setup_address
 from gpu_rent.setup import login as setup_login
 from gpu_rent.setup.address import Refused, as_cidr, of_url, settle

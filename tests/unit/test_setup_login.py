@@ -10,7 +10,7 @@ from openstack.exceptions import ForbiddenException
 from typer.testing import CliRunner
 
 from gpu_rent.cli.app import app
-from gpu_rent.project.settings import ConfigError
+from gpu_rent.project.errors import ConfigError
 from gpu_rent.setup import login as setup_login
 
 URL = "http://127.0.0.1:9/v3"

@@ -13,7 +13,7 @@ from gpu_rent.cli import app as cli
 from gpu_rent.cli.app import app
 from gpu_rent.project import llm_models
 from gpu_rent.project import settings as config
-from gpu_rent.project.settings import ConfigError
+from gpu_rent.project.errors import ConfigError
 from gpu_rent.setup import login as setup_login
 from gpu_rent.setup import wizard as setup_wizard
 from gpu_rent.setup.wizard import Answers

@@ -41,7 +41,7 @@ def test_supported_or_unjudged_versions_pass(version):
 
 
 def test_the_default_is_the_pinned_commit_not_a_moving_branch():
-    from gpu_rent.project.settings import KEYS
+    from gpu_rent.project.keys import KEYS
 
     assert KEYS["SWARMUI_VERSION"].default == swarmui_versions.PINNED
     assert len(swarmui_versions.PINNED) == 40 and all(c in "0123456789abcdef" for c in swarmui_versions.PINNED)
