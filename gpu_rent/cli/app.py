@@ -31,13 +31,15 @@ from gpu_rent import __version__
 from gpu_rent.cli.console import ExitCode, console, err, error, note, playbook_progress, transfer_progress
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
+from gpu_rent.cloud.connect import CloudUnreachable, connect
 from gpu_rent.project import llm_models
 from gpu_rent.project import settings as config
 from gpu_rent.project.env import DEFAULT_SSH_KEY, KnownCloud
 from gpu_rent.project.errors import ConfigError, masked
-from gpu_rent.project.state import Phase, StateError, StateLocked, StateStore
+from gpu_rent.project.state import Phase, StateError, StateLocked, StateStore, load_state
 from gpu_rent.rental.hold import hold_until
-from gpu_rent.rental.operations import CloudUnreachable, OperationFailed, PlanItem, Rental, connect, load_state, plan
+from gpu_rent.rental.operations import OperationFailed, Rental
+from gpu_rent.rental.plan import PlanItem, plan
 from gpu_rent.rental.report import doctor_checks, status_report
 from gpu_rent.to_vm import killer_view
 from gpu_rent.util.lazy import lazy

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -360,3 +360,12 @@ class StateStore:
         fd = os.open(self.holder_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
+
+
+def load_state(store: StateStore, say: Callable[[str], None]) -> State:
+    """The state file, or a fresh one when it was corrupt (moved aside, never silently reset)."""
+    try:
+        return store.load()
+    except StateCorrupt as e:
+        say(str(e))
+        return State()

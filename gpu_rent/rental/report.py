@@ -15,12 +15,13 @@ from rich.markup import escape
 from gpu_rent.cloud import plain_http as cloud_http
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
+from gpu_rent.cloud.connect import connect
 from gpu_rent.project import swarmui_versions
 from gpu_rent.project.errors import ConfigError, masked
 from gpu_rent.project.settings import Settings, resource_names
-from gpu_rent.project.state import Phase, StateLocked, StateStore
+from gpu_rent.project.state import Phase, StateLocked, StateStore, load_state
 from gpu_rent.rental import stopped_bill, vm_end
-from gpu_rent.rental.operations import check_ssh_key, connect, load_state
+from gpu_rent.rental.plan import check_ssh_key
 from gpu_rent.to_vm import killer_view, tunnel_record
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
 
+from gpu_rent.cloud.connect import CloudUnreachable
 from gpu_rent.project.env import CloudAuth
 from gpu_rent.project.errors import ConfigError, masked
-from gpu_rent.rental.operations import CloudUnreachable
 
 WHERE = "setup"
 # the two kinds of typed login, as .env's OS_AUTH_TYPE names them (config passes it to openstacksdk as auth_type)

@@ -14,10 +14,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from gpu_rent.cloud.connect import CloudUnreachable
 from gpu_rent.project.env import CloudAuth
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.llm_models import MODELS_FILE
-from gpu_rent.rental.operations import CloudUnreachable
 from gpu_rent.setup import address as setup_address
 from gpu_rent.setup import catalog as setup_catalog
 from gpu_rent.setup import login as setup_login

@@ -26,11 +26,12 @@ import asyncssh
 import openstack.exceptions
 from keystoneauth1 import exceptions as ksa_exceptions
 
+from gpu_rent.cloud.connect import CloudUnreachable, connect
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.settings import Settings, resource_names
-from gpu_rent.project.state import Phase, StateError, StateLocked, StateStore
+from gpu_rent.project.state import Phase, StateError, StateLocked, StateStore, load_state
 from gpu_rent.rental import vm_end
-from gpu_rent.rental.operations import CloudUnreachable, OperationFailed, Rental, connect, load_state
+from gpu_rent.rental.operations import OperationFailed, Rental
 from gpu_rent.to_vm import ssh
 from gpu_rent.to_vm.killer_view import STATUS_FILE
 from gpu_rent.to_vm.tunnel import Forward, PortBusy, Tunnel

@@ -18,9 +18,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gpu_rent.cli import app as cli
+from gpu_rent.cloud.connect import CloudUnreachable
 from gpu_rent.project import settings as config
 from gpu_rent.project.settings import load
-from gpu_rent.rental.operations import CloudUnreachable
 from gpu_rent.setup import login as setup_login
 from gpu_rent.setup import prompts as setup_prompts
 from gpu_rent.setup import wizard as setup_wizard

@@ -10,7 +10,8 @@ from gpu_rent.project import settings as config
 from gpu_rent.project.state import State
 from gpu_rent.rental import operations as rental_module
 from gpu_rent.rental import up_head_start
-from gpu_rent.rental.operations import OperationFailed, Rental, unguarded
+from gpu_rent.rental.operations import OperationFailed, Rental
+from gpu_rent.rental.plan import unguarded
 from gpu_rent.to_vm.killer_view import describe
 
 NOW = 1_800_000_000.0
