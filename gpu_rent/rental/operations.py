@@ -18,8 +18,8 @@ from gpu_rent.cloud.connect import CloudUnreachable, connect
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.keys import VARS_FILE
 from gpu_rent.project.settings import Settings, resource_names
-from gpu_rent.project.state import Phase, State, StateError, StateStore, load_state
-from gpu_rent.rental import stop_head_start, stopped_bill, up_head_start, vm_end
+from gpu_rent.project.state import Phase, State, StateStore, load_state
+from gpu_rent.rental import set_stats, stop_head_start, stopped_bill, up_head_start, vm_end
 from gpu_rent.rental.plan import PlanItem, check_ssh_key, plan, refuse_unsupported, unguarded
 from gpu_rent.rental.runner import PlaybookResult, Progress, end_orphans, run_playbook
 
@@ -27,7 +27,6 @@ from gpu_rent.rental.runner import PlaybookResult, Progress, end_orphans, run_pl
 UP_FOUND_FILE = "up-found.json"
 # Older than this once the confirmation came back (a person answered), up's lookup is asked again.
 LOOKUP_FRESH_SECONDS = 2.0
-_PHASE_REASONS = {"bootstrapping": "SSH answers", "ready_cloud": "SwarmUI answers with a running backend"}
 
 
 class OperationFailed(Exception):
@@ -56,37 +55,10 @@ class Rental:
 
     def _run(self, state: State, playbook: str, title: str, extravars: dict | None = None) -> PlaybookResult:
         def record(data: dict) -> None:
-            for key, value in (data.get("gpu_rent_resources") or {}).items():
-                if value is None:
-                    state.resources.pop(key, None)
-                else:
-                    state.resources[key] = str(value)
-            if data.get("gpu_rent_destroyed"):
-                state.resources.clear()
-            for key in ("flavor", "pool"):
-                if data.get(f"gpu_rent_{key}"):
-                    setattr(state, key, data[f"gpu_rent_{key}"])
-            if isinstance(data.get("gpu_rent_gpu"), dict):
-                state.gpu = str(data["gpu_rent_gpu"].get("report") or "") or None
-            for server in data.get("gpu_rent_deleted_servers") or ():  # what status says once it is gone
-                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, vm_end.stopped(server, time.time(), playbook))
-            if isinstance(data.get("gpu_rent_last_words"), dict):  # the VM before this one: why its killer fired
-                end = vm_end.from_last_words(data["gpu_rent_last_words"])
-                vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, end)
-                self.say(f"the VM before this one was {vm_end.line(end)}")
-            if data.get("gpu_rent_note"):  # a role's word to the user, e.g. what happens at the next up
-                self.say(str(data["gpu_rent_note"]))
-            if data.get("gpu_rent_killer_looked"):
+            if set_stats.apply(data, state, runtime_dir=self.settings.runtime_dir, playbook=playbook, say=self.say):
                 self.killer_armed = True
                 if self.killer_looked:  # its status file is there to read
                     self.killer_looked(dict(state.resources))
-            phase = data.get("gpu_rent_phase")  # the playbook says where it got: SSH answers, SwarmUI ready
-            if phase:
-                # an error here must not escape into ansible-runner's event loop (it would orphan the play)
-                try:
-                    state.move_to(phase, _PHASE_REASONS.get(phase, playbook))
-                except StateError as e:
-                    self.say(f"state: {e}; kept {state.phase}")
             try:
                 self.store.save(state)
             except OSError as e:
