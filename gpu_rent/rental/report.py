@@ -15,9 +15,9 @@ from rich.markup import escape
 from gpu_rent.cloud import plain_http as cloud_http
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
-from gpu_rent.cloud.connect import connect
+from gpu_rent.cloud.connect import CloudUnreachable, connect, login
 from gpu_rent.project import swarmui_versions
-from gpu_rent.project.errors import ConfigError, masked
+from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.settings import Settings, resource_names
 from gpu_rent.project.state import Phase, StateLocked, StateStore, load_state
 from gpu_rent.rental import stopped_bill, vm_end
@@ -295,12 +295,10 @@ def doctor_checks(settings: Settings) -> list[Check]:
     except ConfigError as e:
         checks.append(Check("ssh key", False, str(e)))
     try:
-        conn = settings.cloud.connect()
-        conn.authorize()
+        conn = login(settings.cloud)  # a fresh login, not the kept token: doctor proves the credentials
         checks.append(Check("auth", True, settings.cloud.describe()))
-    except Exception as e:  # every kind of auth failure is reported the same way
-        said = masked(str(e))[:200]  # masked before it is cut: a cut password no longer ends in @
-        checks.append(Check("auth", False, f"{settings.cloud.describe()}: {type(e).__name__}: {said}"))
+    except CloudUnreachable as e:
+        checks.append(Check("auth", False, f"{settings.cloud.describe()}: {e.kind}: {e.said[:200]}"))
         return checks
     catalog = {entry["type"] for entry in conn.service_catalog}
     for stype in ("compute", "network", "image"):

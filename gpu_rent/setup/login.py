@@ -18,6 +18,7 @@ from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
 
 from gpu_rent.cloud.connect import CloudUnreachable
+from gpu_rent.cloud.connect import login as cloud_login
 from gpu_rent.project.env import CloudAuth
 from gpu_rent.project.errors import ConfigError, masked
 
@@ -278,11 +279,9 @@ def login(auth: CloudAuth):
     options = dict(auth.options)
     secrets = [options[k] for k in ("password", "application_credential_secret") if options.get(k)]
     try:
-        conn = auth.connect()
-        conn.authorize()
-    except Exception as e:  # keystoneauth raises many kinds; all mean the same to the user
-        raise CloudUnreachable(f"{_who(auth)} refused the login or did not answer: {_one_line(e, secrets)}") from None
-    return conn
+        return cloud_login(auth, secrets=secrets)
+    except CloudUnreachable as e:
+        raise CloudUnreachable(f"{_who(auth)} refused the login or did not answer: {e.said[:300]}") from None
 
 
 def check_credential(conn, warn: Callable[[str], None]) -> None:
