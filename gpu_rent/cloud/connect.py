@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpu_rent.cloud import token_cache
 from gpu_rent.project.errors import masked
+from gpu_rent.project.state import TOKEN_FILE
 
 if TYPE_CHECKING:
     from gpu_rent.project.env import CloudAuth
@@ -55,4 +56,4 @@ def login(auth: CloudAuth, *, kept: Path | None = None, secrets: Iterable[str] =
 
 def connect(settings: Settings):
     """The project's login, its token kept in the runtime folder for the next command."""
-    return login(settings.cloud, kept=settings.runtime_dir / token_cache.FILE)
+    return login(settings.cloud, kept=settings.runtime_dir / TOKEN_FILE)

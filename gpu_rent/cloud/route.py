@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_rent.cloud import token_cache
+from gpu_rent.project.state import CLOUD_ROUTE_FILE as FILE
 from gpu_rent.project.state import RUNTIME_DIR
 from gpu_rent.util.atomic import write_atomically
 
 if TYPE_CHECKING:
     from gpu_rent.project.env import CloudAuth
 
-FILE = "cloud-route.json"
 
 # status's four lists as cloud.observe asks openstacksdk for them: the proxy, the resource in its registry, and
 # whether the list is the detailed one (/servers/detail, /volumes/detail)

@@ -15,7 +15,6 @@ import json
 import os
 from pathlib import Path
 
-FILE = "token.json"
 # A kept token with less life than this is not used again: a fresh login costs little, and the watchdog
 # (which renews 15 minutes before expiry) must not be handed one about to go.
 MIN_LIFE_SECONDS = 1200

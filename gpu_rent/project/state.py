@@ -25,6 +25,14 @@ LOCK_FILE = "lock"
 # Who holds the lock, for the message of the one who waits: apart from the lock file, which the lock library may
 # remove on release (Windows) or fill with its own marker (where fcntl is missing).
 HOLDER_FILE = "lock.holder"
+# The rest of what lives in RUNTIME_DIR, each named here once (the module in brackets reads and writes it).
+LOGS_DIR = "logs"  # every playbook run's log (rental/runner.py)
+TOKEN_FILE = "token.json"  # the last login's token (cloud/token_cache.py)
+CLOUD_ROUTE_FILE = "cloud-route.json"  # how status last reached its lists (cloud/route.py)
+TUNNEL_FILE = "tunnel.json"  # the background tunnel's record (to_vm/tunnel_record.py)
+KILLER_SEEN_FILE = "idle-killer-seen.json"  # the killer's last report status read (rental/vm_end.py)
+LAST_END_FILE = "last-end.json"  # how the last VM ended (rental/vm_end.py)
+UP_FOUND_FILE = "up-found.json"  # up's lookup handed to up.yml, for one run (rental/operations.py)
 VERSION = 1
 
 

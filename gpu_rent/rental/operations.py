@@ -18,13 +18,11 @@ from gpu_rent.cloud.connect import CloudUnreachable, connect
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.keys import VARS_FILE
 from gpu_rent.project.settings import Settings, resource_names
-from gpu_rent.project.state import Phase, State, StateStore, load_state
+from gpu_rent.project.state import UP_FOUND_FILE, Phase, State, StateStore, load_state
 from gpu_rent.rental import set_stats, stop_head_start, stopped_bill, up_head_start, vm_end
 from gpu_rent.rental.plan import PlanItem, check_ssh_key, plan, refuse_unsupported, unguarded
 from gpu_rent.rental.runner import PlaybookResult, Progress, end_orphans, run_playbook
 
-# up's lookup handed to up.yml (up_head_start.py), in the runtime dir for the playbook's run only
-UP_FOUND_FILE = "up-found.json"
 # Older than this once the confirmation came back (a person answered), up's lookup is asked again.
 LOOKUP_FRESH_SECONDS = 2.0
 

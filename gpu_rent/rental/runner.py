@@ -27,7 +27,7 @@ from pathlib import Path
 
 from gpu_rent.on_vm import progress_line
 from gpu_rent.on_vm.progress_line import ProgressLine
-from gpu_rent.project.state import RUNTIME_DIR
+from gpu_rent.project.state import LOGS_DIR, RUNTIME_DIR
 from gpu_rent.rental import orphans
 from gpu_rent.util.checkout import ROOT
 from gpu_rent.util.lazy import lazy
@@ -226,9 +226,9 @@ def run_playbook(
 ) -> PlaybookResult:
     """Run playbooks/NAME.yml for the project; Ctrl+C (main thread) or `cancel_event` cancels it."""
     runtime = project_dir / RUNTIME_DIR
-    (runtime / "logs").mkdir(parents=True, exist_ok=True)
+    (runtime / LOGS_DIR).mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    log_path = runtime / "logs" / f"{stamp}-{name}.log"
+    log_path = runtime / LOGS_DIR / f"{stamp}-{name}.log"
     result = PlaybookResult(ok=False, log=log_path)
     failures: list[Failure] = []
     cancel = _Cancel(cancel_event)

@@ -22,10 +22,10 @@ import json
 import time
 from pathlib import Path
 
+from gpu_rent.project.state import KILLER_SEEN_FILE as SEEN_FILE
+from gpu_rent.project.state import LAST_END_FILE as END_FILE
 from gpu_rent.util.atomic import write_atomically
 
-SEEN_FILE = "idle-killer-seen.json"
-END_FILE = "last-end.json"
 # A kill may land this long before the deadline the killer named (a tick waits for the deadline to the
 # second; clocks of the laptop and the VM may differ a little).
 SLACK_SECONDS = 120

@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 from gpu_rent.project.settings import Settings
+from gpu_rent.project.state import TUNNEL_FILE as RECORD_FILE
 from gpu_rent.util.atomic import write_atomically
 from gpu_rent.util.file_lock import FileLock
 
-RECORD_FILE = "tunnel.json"
 # Held by the tunnel process for its whole life: the system drops it however the process ends (gpu_rent/file_lock),
 # so a record whose pid was reused by another program is never taken for a live tunnel.
 ALIVE_FILE = "tunnel.alive"

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from keystoneauth1.identity import v3
 
 from gpu_rent.cloud import token_cache
+from gpu_rent.project.state import TOKEN_FILE
 
 LOGIN = {"auth_url": "http://127.0.0.1:5000/v3", "username": "u", "password": "hunter2-secret", "project_name": "p"}
 
@@ -24,7 +25,7 @@ def logged_in(hours: float):
 
 
 def test_the_same_login_gets_the_kept_token_and_the_file_holds_no_password(tmp_path):
-    path = tmp_path / token_cache.FILE
+    path = tmp_path / TOKEN_FILE
     token_cache.keep(logged_in(2), path, LOGIN)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert "hunter2-secret" not in path.read_text()
@@ -34,7 +35,7 @@ def test_the_same_login_gets_the_kept_token_and_the_file_holds_no_password(tmp_p
 
 
 def test_another_login_or_a_changed_password_logs_in_anew(tmp_path):
-    path = tmp_path / token_cache.FILE
+    path = tmp_path / TOKEN_FILE
     token_cache.keep(logged_in(2), path, LOGIN)
     for other in ({**LOGIN, "password": "changed"}, {**LOGIN, "project_name": "q"}):
         fresh = plugin()
@@ -43,7 +44,7 @@ def test_another_login_or_a_changed_password_logs_in_anew(tmp_path):
 
 
 def test_a_token_near_its_end_or_a_broken_file_is_not_used(tmp_path):
-    path = tmp_path / token_cache.FILE
+    path = tmp_path / TOKEN_FILE
     token_cache.keep(logged_in(0.25), path, LOGIN)  # 15 minutes left: under the 20 a command may get
     fresh = plugin()
     assert token_cache.restore(fresh, path, LOGIN) is None and fresh.auth_ref is None
@@ -53,5 +54,5 @@ def test_a_token_near_its_end_or_a_broken_file_is_not_used(tmp_path):
 
 
 def test_no_folder_is_made_for_it(tmp_path):
-    token_cache.keep(logged_in(2), tmp_path / ".gpu-rent" / token_cache.FILE, LOGIN)
+    token_cache.keep(logged_in(2), tmp_path / ".gpu-rent" / TOKEN_FILE, LOGIN)
     assert not (tmp_path / ".gpu-rent").exists()  # doctor in a bare folder leaves it bare
