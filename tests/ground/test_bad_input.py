@@ -4,7 +4,7 @@ Each case gets its own project folder (a copy of the ground's with its own NAME)
 command as a user would (a subprocess in the folder, nothing of this shell's OS_* or GPU_RENT_*), and
 must:
 
-- exit with the documented code (README, "Exit codes"): 2 bad input, 4 the cloud did not answer or
+- exit with the documented code (docs/commands.md, "Exit codes"): 2 bad input, 4 the cloud did not answer or
   refused the credentials;
 - say so in exactly one line on stderr, `error: <file>[:<line>]: ...` naming the file, key or
   argument that is wrong (the whole line is matched), with nothing on stdout;
@@ -14,7 +14,7 @@ must:
   after the command as before it.
 
 The one case that is not a refusal is a corrupt state file: it is moved aside with one line and the
-command goes on (README, "Phases").
+command goes on (docs/phases.md).
 
 The cases run side by side, each one short process, and the cloud is listed once before and once
 after all of them: the table costs seconds, not seconds per case.

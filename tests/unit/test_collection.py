@@ -46,9 +46,9 @@ def test_every_role_declares_its_arguments_and_prefixes_its_variables():
         assert len(comments) >= len(defaults), f"{role.name}: every default needs its one-line comment"
 
 
-def test_the_readme_documents_every_setting():
+def test_the_configuration_page_documents_every_setting():
     from gpu_rent.project.keys import KEYS
 
-    readme = (REPO / "README.md").read_text()
-    missing = [key for key in KEYS if f"`{key}`" not in readme]
+    page = (REPO / "docs" / "configuration.md").read_text()
+    missing = [key for key in KEYS if f"`{key}`" not in page]
     assert missing == []

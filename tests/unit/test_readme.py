@@ -1,4 +1,7 @@
-"""The README and examples/gpu-rent.vars stay in step with the code: every setting with its default, every command."""
+"""The docs and examples/gpu-rent.vars stay in step with the code: every setting with its default, every command.
+
+README.md is the door; the example file is shown in docs/configuration.md, the commands in docs/commands.md.
+"""
 
 import re
 import shutil
@@ -13,6 +16,9 @@ from gpu_rent.project.keys import KEYS, REQUIRED, VARS_FILE
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "gpu-rent.vars"
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+CONFIGURATION = DOCS / "configuration.md"
+COMMANDS = DOCS / "commands.md"
 LINE = re.compile(r"^(# )?([A-Z][A-Z0-9_]*)=(.*)$")
 
 
@@ -63,17 +69,26 @@ def test_the_example_loads_and_its_shown_defaults_are_the_defaults(tmp_path):
             assert getattr(as_is, key.lower()) == spec.default, key
 
 
-def test_the_readme_shows_the_example_file_as_it_is():
+def _code_blocks(page: Path) -> list[str]:
+    return re.findall(r"(?ms)^```[a-z]*\n(.*?)^```$", page.read_text(encoding="utf-8"))
+
+
+def test_the_configuration_page_shows_the_example_file_as_it_is():
     example = EXAMPLE.read_text(encoding="utf-8")
-    blocks = re.findall(r"(?ms)^```[a-z]*\n(.*?)^```$", README.read_text(encoding="utf-8"))
-    shown = [block for block in blocks if block.startswith(example.splitlines()[0])]
-    assert len(shown) == 1, "the README shows examples/gpu-rent.vars in one code block"
-    assert shown[0] == example
+    first = example.splitlines()[0]
+    shown = {
+        page: [block for block in _code_blocks(page) if block.startswith(first)]
+        for page in [README, *DOCS.glob("*.md")]
+    }
+    pages = [page.relative_to(REPO).as_posix() for page, blocks in shown.items() if blocks]
+    assert pages == ["docs/configuration.md"], "docs/configuration.md, and no other page, shows examples/gpu-rent.vars"
+    assert len(shown[CONFIGURATION]) == 1, "docs/configuration.md shows the example in one code block"
+    assert shown[CONFIGURATION][0] == example
 
 
 def test_the_command_reference_names_every_command():
-    readme = README.read_text(encoding="utf-8")
-    section = readme.split("\n## Command reference\n", 1)[1].split("\n## ", 1)[0]
+    reference = COMMANDS.read_text(encoding="utf-8")
+    section = reference.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
     group = typer.main.get_command(app)
     commands = [name for name, command in group.commands.items() if not command.hidden]
     assert len(commands) > 10

@@ -125,7 +125,7 @@ def test_a_swarmui_older_than_the_minimum_is_refused_naming_its_version():
     assert code == 1
     assert line == (
         "SwarmUI 0.9.7.0 is older than 0.9.8, the oldest gpu-rent supports (the idle-killer reads GetGlobalStatus, "
-        "seeding needs extensions built at start; README, SwarmUI versions)"
+        "seeding needs extensions built at start; docs/on-the-vm.md, SwarmUI versions)"
     )
 
 

@@ -156,7 +156,7 @@ def wait(args: argparse.Namespace, clock=time.monotonic, sleep=time.sleep) -> st
                     raise Refused(
                         f"SwarmUI {version or 'of no version'} is older than {args.min_version}, the oldest "
                         "gpu-rent supports (the idle-killer reads GetGlobalStatus, seeding needs extensions "
-                        "built at start; README, SwarmUI versions)"
+                        "built at start; docs/on-the-vm.md, SwarmUI versions)"
                     )
                 session = reply["session_id"]
             reply = post(f"{api}/ListBackends", {"session_id": session})
