@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent.cli import app as cli_module
+from gpu_rent.cli import common
 from gpu_rent.cli.app import app
 from gpu_rent.project.state import StateStore
 
@@ -248,16 +248,17 @@ def test_the_sentinel_stops_the_vm_after_an_unclean_end_and_says_when_it_cannot(
 @pytest.mark.parametrize(("flags", "extra"), [([], None), (["--full"], {"vm_stamp_redo": True})])
 def test_up_full_asks_every_vm_role_to_redo_its_work(project, monkeypatch, flags, extra):
     """The one way past the roles' stamps for a user who mends what the stamps do not watch."""
-    from gpu_rent.cli import app as cli
+    from gpu_rent.cli import rental as cli_rental
+    from gpu_rent.rental.operations import OperationFailed
 
     asked = []
 
     class Rental:
         def up(self, confirm, extra=None):
             asked.append(extra)
-            raise cli.OperationFailed("stopped here", canceled=True)
+            raise OperationFailed("stopped here", canceled=True)
 
-    monkeypatch.setattr(cli, "_rental", lambda settings: Rental())
+    monkeypatch.setattr(cli_rental, "rental_for", lambda settings: Rental())
     result = runner.invoke(app, ["up", "-p", str(project), "--yes", "--no-tunnel", *flags])
     assert result.exit_code != 0
     assert asked == [extra]
@@ -300,9 +301,9 @@ class Told:
 )
 def test_a_long_command_ends_with_a_notification_a_short_one_does_not(project, monkeypatch, seconds, told):
     notes = Told()
-    monkeypatch.setattr(cli_module, "notifier", notes)
+    monkeypatch.setattr(common, "notifier", notes)
     clock = iter([1000.0, 1000.0 + seconds, 1000.0 + seconds])
-    monkeypatch.setattr(cli_module, "_clock", lambda: next(clock))
+    monkeypatch.setattr(common, "_clock", lambda: next(clock))
     result = runner.invoke(app, ["destroy", "-p", str(project)])  # refused: exit 2, as a failure that took long
     assert result.exit_code == 2
     assert notes.said == told
@@ -312,15 +313,15 @@ def test_the_notification_says_done_and_never_comes_after_a_cancel(monkeypatch):
     import typer
 
     notes = Told()
-    monkeypatch.setattr(cli_module, "notifier", notes)
+    monkeypatch.setattr(common, "notifier", notes)
     clock = iter([0.0, 40.0, 0.0, 40.0])
-    monkeypatch.setattr(cli_module, "_clock", lambda: next(clock))
+    monkeypatch.setattr(common, "_clock", lambda: next(clock))
 
-    @cli_module._tells_when_long("push")
+    @common.tells_when_long("push")
     def done(project=Path("/tmp/my-project")) -> None:
         pass
 
-    @cli_module._tells_when_long("push")
+    @common.tells_when_long("push")
     def canceled() -> None:
         raise typer.Exit(130)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent.cli import app as cli
+from gpu_rent.cli import setup as cli_setup
+from gpu_rent.cli.app import app
 from gpu_rent.project import settings as config
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.settings import load
@@ -115,7 +116,7 @@ def command(tmp_path, monkeypatch, clouds_yaml):
     the route; returns (run, route, project)."""
     clouds = clouds_yaml(good="s3cret-good")
     monkeypatch.setattr(setup_login, "login", lambda auth: cloud())
-    monkeypatch.setattr(cli, "doctor", lambda project: None)
+    monkeypatch.setattr(cli_setup, "doctor", lambda project: None)
     way = list(NAT_ROUTE)
     monkeypatch.setattr(config, "route_to", lambda host: tuple(ipaddress.ip_address(a) for a in way))
     project = tmp_path / "p"
@@ -123,7 +124,7 @@ def command(tmp_path, monkeypatch, clouds_yaml):
     def run(*args: str):
         base = ["setup", "--non-interactive", "--project", str(project), "--clouds-yaml", str(clouds)]
         rest = ["--cloud", "good", "--pool", "ru-7a", "--flavor", "gpu.l4.1", "--image", "Debian 12", "--new-key"]
-        return runner.invoke(cli.app, [*base, *rest, *args])
+        return runner.invoke(app, [*base, *rest, *args])
 
     return run, way, project
 

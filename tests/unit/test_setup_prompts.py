@@ -17,7 +17,8 @@ from openstack.exceptions import ForbiddenException
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gpu_rent.cli import app as cli
+from gpu_rent.cli import setup as cli_setup
+from gpu_rent.cli.app import app
 from gpu_rent.cloud.connect import CloudUnreachable
 from gpu_rent.project import settings as config
 from gpu_rent.project.settings import load
@@ -300,7 +301,7 @@ def at_a_terminal(monkeypatch):
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(isatty=lambda: True))
     monkeypatch.setattr(setup_login, "login", logins()[0])
     doctored = []
-    monkeypatch.setattr(cli, "doctor", doctored.append)
+    monkeypatch.setattr(cli_setup, "doctor", doctored.append)
     return doctored
 
 
@@ -308,7 +309,7 @@ def setup_at_a_terminal(monkeypatch, project: Path, *answers, clouds: Path | Non
     """The setup command as the shell calls it (its other options at their defaults); its exit code."""
     monkeypatch.setattr("builtins.input", Script(*answers))
     try:
-        cli.setup(project=project, clouds_yaml=clouds)
+        cli_setup.setup(project=project, clouds_yaml=clouds)
     except typer.Exit as e:
         return e.exit_code
     return 0
@@ -346,7 +347,7 @@ def test_three_refused_logins_exit_4(tmp_path, clouds, monkeypatch, capsys, at_a
 
 
 def test_without_a_terminal_it_names_the_non_interactive_form(tmp_path):
-    result = runner.invoke(cli.app, ["setup", "--project", str(tmp_path)])
+    result = runner.invoke(app, ["setup", "--project", str(tmp_path)])
     assert result.exit_code == 2
     assert "no terminal to ask on: use gpu-rent setup --non-interactive --cloud NAME" in result.output
     assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpu_rent.cli import app as cli
+from gpu_rent.cli import setup as cli_setup
 from gpu_rent.cli.app import app
 from gpu_rent.project import llm_models
 from gpu_rent.project import settings as config
@@ -399,7 +399,7 @@ def stand_in(tmp_path, clouds, monkeypatch) -> list:
     monkeypatch.setattr(setup_login, "login", lambda auth: cloud())
     monkeypatch.setattr(config, "route_to", lambda host: tuple(ipaddress.ip_address(a) for a in PUBLIC_ROUTE))
     doctored = []
-    monkeypatch.setattr(cli, "doctor", doctored.append)
+    monkeypatch.setattr(cli_setup, "doctor", doctored.append)
     (tmp_path / "key").write_text("key")
     return doctored
 

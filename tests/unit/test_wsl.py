@@ -117,15 +117,16 @@ def test_open_uses_the_windows_browser_in_wsl_and_python_elsewhere(monkeypatch, 
 
     from typer.testing import CliRunner
 
-    from gpu_rent.cli import app as cli
+    from gpu_rent.cli import tunnel as cli_tunnel
+    from gpu_rent.cli.app import app
 
-    monkeypatch.setattr(cli, "_settings", lambda project: None)
-    monkeypatch.setattr(cli, "_open_tunnel", lambda settings: {"url": URL})
+    monkeypatch.setattr(cli_tunnel, "load_settings", lambda project: None)
+    monkeypatch.setattr(cli_tunnel, "open_tunnel", lambda settings: {"url": URL})
     opened = []
     monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(("python", url)) or True)
     for windows in (True, False):
         monkeypatch.setattr(wsl, "open_in_windows", lambda url, w=windows: opened.append(("windows", url)) or w)
-        result = CliRunner().invoke(cli.app, ["open", "-p", str(tmp_path)])
+        result = CliRunner().invoke(app, ["open", "-p", str(tmp_path)])
         assert result.exit_code == 0, result.output
     assert opened == [("windows", URL), ("windows", URL), ("python", URL)]
 
