@@ -6,8 +6,8 @@ Exit codes: 0 done; 1 a cloud or playbook step failed (the message names it);
 answer or refused the credentials; 130 canceled with Ctrl+C.
 
 The Typer app and the one list of its commands, in the order --help shows them. Each command lives in the module
-of its group (setup, rental, status, seed, tunnel, vm); none of them imports this one, so none imports another
-group back.
+of its group (setup, rental, status, seed, tunnel, vm); none of them imports this one, so the split has no
+cycle.
 """
 
 from __future__ import annotations
