@@ -2,9 +2,9 @@
 deletes this server and then its floating IP through the OpenStack API when it has been idle
 long enough.
 
-Runs on the VM from a systemd timer (the idle_killer role installs it with idle_look.py, what
-it looks at, and idle_decision.py, what it makes of that, beside it), so it is standard library
-only. Commands:
+Runs on the VM from a systemd timer as `python3 -m on_vm.idle_killer` (the idle_killer role installs
+the on_vm package with it: idle_look, what it looks at, idle_decision, what it makes of that, and
+paths), so it is standard library only. Commands:
 
   tick    look, decide (idle_decision.decide), write the status file and one journal line; delete
           the server when the decision says so
@@ -25,7 +25,7 @@ The config (/root/.gpu-rent/idle-killer.json, 0600) holds the credential; the st
 no secret, and is what `gpu-rent status` reads over SSH.
 
 One file past 500 lines on purpose: it is the program the timer runs on the VM, copied there with
-its two siblings only; the config, the acting (Keystone, Nova, Neutron by urllib) and the commands
+its few siblings only; the config, the acting (Keystone, Nova, Neutron by urllib) and the commands
 share one Config and one status file and are read together when a VM went (or did not).
 """
 
@@ -47,61 +47,32 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-try:
-    from gpu_rent.on_vm.idle_decision import (
-        DELETE,
-        OUR_START_SCRIPT,
-        Decision,
-        Limits,
-        Memory,
-        Observation,
-        backends_line,
-        decide,
-    )
-except ImportError:  # on the VM: idle_decision.py lies beside this file
-    from idle_decision import (  # type: ignore[no-redef]
-        DELETE,
-        OUR_START_SCRIPT,
-        Decision,
-        Limits,
-        Memory,
-        Observation,
-        backends_line,
-        decide,
-    )
-
-try:
-    from gpu_rent.on_vm.idle_look import (
-        HTTP_TIMEOUT,
-        SwarmLook,
-        comfy_queues,
-        data_volume_problem,
-        fresh_downloads,
-        last_terminal_input,
-        live_comfy_ports,
-        llm_look,
-        read_gpus,
-        read_time,
-        run_keep_alive,
-        swarm_look,
-        why,
-    )
-except ImportError:  # on the VM: idle_look.py lies beside this file
-    from idle_look import (  # type: ignore[no-redef]
-        HTTP_TIMEOUT,
-        SwarmLook,
-        comfy_queues,
-        data_volume_problem,
-        fresh_downloads,
-        last_terminal_input,
-        live_comfy_ports,
-        llm_look,
-        read_gpus,
-        read_time,
-        run_keep_alive,
-        swarm_look,
-        why,
-    )
+from . import paths
+from .idle_decision import (
+    DELETE,
+    OUR_START_SCRIPT,
+    Decision,
+    Limits,
+    Memory,
+    Observation,
+    backends_line,
+    decide,
+)
+from .idle_look import (
+    HTTP_TIMEOUT,
+    SwarmLook,
+    comfy_queues,
+    data_volume_problem,
+    fresh_downloads,
+    last_terminal_input,
+    live_comfy_ports,
+    llm_look,
+    read_gpus,
+    read_time,
+    run_keep_alive,
+    swarm_look,
+    why,
+)
 
 # journald reads a "<N>" prefix as the line's priority: 2 crit, 4 warning, 6 info
 CRIT, WARNING, INFO = "<2>", "<4>", "<6>"
@@ -132,14 +103,14 @@ class Config:
     comfy_ports: tuple[int, ...] = ()
     # the data volume SwarmUI's folders are bound from, and the file that says gpu-rent made it;
     # an empty data_mount: not checked
-    data_mount: str = "/mnt/swarm_data"
+    data_mount: str = paths.DATA_MOUNT
     data_marker: str = ".gpu-rent-ready"
-    models_dirs: tuple[str, ...] = ("/mnt/swarm_data/Models",)
-    hold_file: str = "/mnt/swarm_data/.gpu-rent-hold-until"
-    seeding_lock: str = "/run/gpu-rent/seeding"
-    status_file: str = "/run/gpu-rent/idle-killer.json"
+    models_dirs: tuple[str, ...] = (f"{paths.DATA_MOUNT}/Models",)
+    hold_file: str = paths.HOLD_FILE
+    seeding_lock: str = paths.SEEDING_LOCK
+    status_file: str = paths.STATUS_FILE
     # on the boot volume, which outlives the server: the next up tells why the VM before went
-    last_words_file: str = "/var/lib/gpu-rent/idle-killer-last-words.json"
+    last_words_file: str = paths.LAST_WORDS_FILE
     credential_expires_at: str | None = None
     credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
     tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
@@ -607,7 +578,7 @@ def arm(path: Path, text: str, look_unit: str | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-rent-idle-killer", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("tick", "check", "arm"))
-    parser.add_argument("--config", default="/root/.gpu-rent/idle-killer.json")
+    parser.add_argument("--config", default=paths.CONFIG_FILE)
     parser.add_argument("--look", metavar="UNIT", help="arm: start UNIT (the killer's service) after the check")
     args = parser.parse_args(argv)
     if args.command == "arm":

@@ -4,8 +4,8 @@ SwarmUI's GetGlobalStatus and ListBackends (one session kept from tick to tick),
 own queue at the port its command line names, partial downloads, the lock and hold files, the data
 volume, each GPU's utilisation, the newest key typed in a terminal, the LLM runtime's own activity
 (Ollama's loaded models, llama.cpp's slots), and the user's KEEP_ALIVE_COMMAND. Each returns what it
-saw or why it saw nothing; idle_decision decides. Standard library only, installed beside
-idle_killer.py on the VM.
+saw or why it saw nothing; idle_decision decides. Standard library only, installed with idle_killer
+in the on_vm package on the VM.
 
 One file of ~510 lines on purpose: it is the one list of everything that can keep a VM alive, a short
 function each, read as a whole when a VM was (or was not) deleted.
@@ -29,10 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-try:
-    from gpu_rent.on_vm.idle_decision import OUR_START_SCRIPT, LlmLook, our_backends
-except ImportError:  # on the VM: idle_decision.py lies beside this file
-    from idle_decision import OUR_START_SCRIPT, LlmLook, our_backends  # type: ignore[no-redef]
+from .idle_decision import OUR_START_SCRIPT, LlmLook, our_backends
 
 HTTP_TIMEOUT = 10
 # ComfyUI answers its routes while a prompt runs (aiohttp beside the execution thread); a busy GPU

@@ -3,7 +3,8 @@
 No argument holds for IDLE_MINUTES from now; --minutes N holds for N minutes
 from now, replacing (not adding to) an earlier hold; --until takes an ISO time
 (without a zone: this machine's local time); --clear removes the hold. The
-answer is a unix time the VM's idle-killer compares with its clock, or None.
+answer is a unix time the VM's idle-killer compares with its clock, or None;
+playbooks/hold.yml writes it on the VM (gpu_rent/on_vm/paths.py HOLD_FILE).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from datetime import datetime
 from gpu_rent.project.errors import ConfigError
 
 WHERE = "arguments"
-HOLD_FILE = "/mnt/swarm_data/.gpu-rent-hold-until"
 # A hold keeps a GPU billing through any idleness: one past a month is a typo (minutes for seconds, a year
 # wrong), not a plan, and a number that large also breaks the clock arithmetic. `stop` and `up` do it cheaper.
 MAX_HOLD_MINUTES = 30 * 24 * 60

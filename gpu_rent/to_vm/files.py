@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from gpu_rent.on_vm import paths
 from gpu_rent.project.settings import Settings
 from gpu_rent.to_vm import ssh, sync
 
-DATA_MOUNT = "/mnt/swarm_data"  # the data volume on the VM (roles/data_volume)
+DATA_MOUNT = paths.DATA_MOUNT  # the data volume on the VM (roles/data_volume)
 OUTPUT = "Output"  # SwarmUI's outputs, on the data volume and in the project folder
 
 

@@ -15,7 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-STATUS_FILE = "/run/gpu-rent/idle-killer.json"
+from gpu_rent.on_vm import paths
+
+STATUS_FILE = paths.STATUS_FILE
 # A killer that has not ticked for this long is not running: say so rather than trust its last word.
 SILENT_SECONDS = 300
 # A credential with less life than this left is worth a warning: an up renews it.

@@ -51,7 +51,9 @@ from pathlib import Path
 
 import asyncssh
 
-SEEDING_LOCK = "/run/gpu-rent/seeding"
+from gpu_rent.on_vm import paths
+
+SEEDING_LOCK = paths.SEEDING_LOCK
 LOCK_SECONDS = 600
 LOCK_REFRESH_SECONDS = 120
 PART = ".gpu-rent-part"

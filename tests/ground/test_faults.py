@@ -35,7 +35,8 @@ from tests.groundkit import CLOUDS_YAML, REPO, connect, require_ground, ssh, wai
 # (long: the walk begins with the session and the stop test follows some modules later).
 FAULT_VARS = "IDLE_MINUTES=1\nIDLE_GRACE_MINUTES=120\n"
 SENTINEL = "/mnt/swarm_data/Output/fault-suite.txt"
-KILLER = "/usr/local/lib/gpu-rent/idle-killer/idle_killer.py"
+# the killer as its unit runs it (roles/idle_killer/templates/gpu-rent-idle-killer.service.j2)
+KILLER = "PYTHONPATH=/usr/local/lib/gpu-rent python3 -m on_vm.idle_killer"
 
 Trigger = Callable[[Path, float], bool]
 
@@ -312,7 +313,7 @@ def fire_the_killer(address: str) -> None:
         "import json; p='/root/.gpu-rent/idle-killer.json'; c=json.load(open(p)); "
         "c.update(grace_seconds=0, idle_seconds=0, cap_seconds=0); json.dump(c, open(p, 'w'))"
     )
-    ssh(address, f'python3 -c "{loosen}" && for i in 1 2 3; do python3 {KILLER} tick; sleep 1; done', timeout=60)
+    ssh(address, f'python3 -c "{loosen}" && for i in 1 2 3; do {KILLER} tick; sleep 1; done', timeout=60)
 
 
 @pytest.mark.timeout(600 + molecule_runs.TIMEOUT * 3)  # it may wait for the Molecule scenarios first

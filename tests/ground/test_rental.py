@@ -680,7 +680,7 @@ def test_an_llm_pull_cut_short_resumes_where_it_stopped(life, llm):
     try:
         partial = "find /mnt/swarm_data/ollama/blobs -name '*-partial' -size +1000k | head -1"
         wait_until("a partial blob past 1 MB", lambda: ssh(address, partial).stdout.strip(), 120, 1)
-        killed = ssh(address, "pkill -KILL -f 'llm_pull.py pull'")
+        killed = ssh(address, "pkill -KILL -f 'on_vm.llm_pull pull'")
         assert killed.returncode == 0, killed.stderr
         out, err = seeding.communicate(timeout=600)
     finally:
@@ -724,7 +724,7 @@ def test_a_refused_credential_is_shown_loudly(life):
     address = state(project)["resources"]["floating_ip_address"]
     old = ours.killer_credential()
     ours.conn.identity.delete_application_credential(ours.conn.current_user_id, old.id)  # as an expiry would
-    check = "python3 /usr/local/lib/gpu-rent/idle-killer/idle_killer.py check"
+    check = "PYTHONPATH=/usr/local/lib/gpu-rent python3 -m on_vm.idle_killer check"
     assert ssh(address, check).returncode == 1  # the killer's own periodic check, run now
     view = status(project)["idle_killer"]["view"]
     assert view.startswith("CREDENTIAL REFUSED, the VM cannot delete itself: Keystone refused"), view

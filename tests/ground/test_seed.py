@@ -235,6 +235,9 @@ class Run:
         return lines[-1]
 
 
+PLAYS: dict[int, tuple[threading.Thread, list[str]]] = {}  # a started play's reader and what it read
+
+
 def start_play(
     host: Host, tmp_path: Path, extra: dict, verbosity: int = 0, check: bool = False
 ) -> tuple[subprocess.Popen, Path]:
@@ -261,11 +264,20 @@ def start_play(
         argv.append("--check")
     proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    # Read while it runs: a -vvv play writes more than a pipe holds, and would stall on a full one (its
+    # download held up) while a test looks at the host before finish_play reads.
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    PLAYS[proc.pid] = (reader, output)
     return proc, work
 
 
 def finish_play(proc: subprocess.Popen, work: Path, timeout: float = 600) -> Run:
-    out, _ = proc.communicate(timeout=timeout)
+    proc.wait(timeout=timeout)
+    reader, output = PLAYS.pop(proc.pid)
+    reader.join(timeout=60)
+    out = "".join(output)
     recaps = RECAP.findall(out)
     assert recaps, f"no PLAY RECAP:\n{out}"
     _, ok, changed, unreachable, failed = recaps[-1]
@@ -398,7 +410,7 @@ def test_civitai_token_stays_secret_while_the_lock_and_progress_show_the_downloa
         assert progress["stage"] == "models: civ model.safetensors" and progress["total"] == len(data)
         assert 0 < progress["done"] <= 1024 * 1024
         processes = host.sh("ps -eo args")
-        assert "fetch.py fetch" in processes and token not in processes
+        assert "-m on_vm.fetch fetch" in processes and token not in processes
         assert host.sh(f"grep -l -s -F {token} /proc/[0-9]*/environ || true").strip() == ""
         assert host.sh("stat -c %a /run/gpu-rent/civitai-token").strip() == "600"
         time.sleep(3)  # a few more polls while paused

@@ -1,6 +1,6 @@
-"""The llm_runtime role's pull script (roles/llm_runtime/files/llm_pull.py): its pure parts, then pulls through the
-Ollama stand-in from the registry stand-in, both real processes on loopback (as tests/unit/test_ollama_standin.py
-starts them), the script run as the role runs it on the VM."""
+"""The llm_runtime role's pull script (gpu_rent/on_vm/llm_pull.py): its pure parts, then pulls through the Ollama
+stand-in from the registry stand-in, both real processes on loopback (as tests/unit/test_ollama_standin.py starts
+them), the script run as the role runs it on the VM: `python3 -m on_vm.llm_pull` over the role's files/on_vm."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from gpu_rent.on_vm import llm_pull
 from gpu_rent.on_vm.progress_line import parse as parse_progress
 from gpu_rent.project import llm_models
-from tests.module_file import load
 from tests.unit.test_ollama_standin import MB, Ollama, Registry, registry, stop, wait_for
 from tests.unit.test_ollama_standin import servers as servers  # a fixture: each server killed at the end
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = REPO / "roles" / "llm_runtime" / "files"
-SCRIPT = FILES / "llm_pull.py"
-sys.path.insert(0, str(FILES))  # where the VM finds fetch.py, progress_line.py and ollama_name.py: beside the script
-llm_pull = load("llm_pull", SCRIPT)
+# The role's command line (roles/llm_runtime/vars llm_runtime_pull) over the modules the role copies, and no
+# more: a sibling the role forgot fails here. No byte code is left in the role's folder.
+SCRIPT = ["/usr/bin/env", f"PYTHONPATH={REPO / 'roles' / 'llm_runtime' / 'files'}", "PYTHONDONTWRITEBYTECODE=1",
+          sys.executable, "-m", "on_vm.llm_pull"]  # fmt: skip
 
 
 # ------------------------------------------------------------------ pure parts
@@ -83,12 +83,12 @@ def test_a_digest_is_taken_with_or_without_its_prefix_and_nothing_else_is():
 
 def pull_argv(ollama: Ollama, model: str, tmp: Path, *extra: str) -> list[str]:
     """The pull as the role starts it, its progress file in tmp."""
-    return [sys.executable, str(SCRIPT), "pull", "--model", model, "--insecure", "--url",
+    return [*SCRIPT, "pull", "--model", model, "--insecure", "--url",
             f"http://127.0.0.1:{ollama.port}", "--progress-file", str(tmp / "progress"), *extra]  # fmt: skip
 
 
 def run(ollama: Ollama, *args: str, tmp: Path) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(SCRIPT), *args, "--url", f"http://127.0.0.1:{ollama.port}"]
+    argv = [*SCRIPT, *args, "--url", f"http://127.0.0.1:{ollama.port}"]
     if args[0] == "pull":
         argv += ["--progress-file", str(tmp / "progress"), "--lock-file", str(tmp / "seeding"), "--retries", "2"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
@@ -222,9 +222,9 @@ def test_a_pull_goes_on_when_ollama_restarts_under_it(tmp_path, servers):
 
 
 def test_ollama_not_answering_fails_in_one_line(tmp_path):
-    argv = [sys.executable, str(SCRIPT), "check", "--model", "tiny", "--url", "http://127.0.0.1:9"]
+    argv = [*SCRIPT, "check", "--model", "tiny", "--url", "http://127.0.0.1:9"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
     assert out.stderr.startswith("Ollama at http://127.0.0.1:9 does not answer GET /api/tags: ")
-    bad = subprocess.run([*argv[:5], "--digest", "sha256:abc"], capture_output=True, text=True, timeout=30)
+    bad = subprocess.run([*argv[:-2], "--digest", "sha256:abc"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "not a manifest digest" in bad.stderr

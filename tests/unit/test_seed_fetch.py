@@ -1,4 +1,4 @@
-"""The seed role's download script (roles/seed/files/fetch.py): its pure parts, then real HTTP on loopback."""
+"""The seed role's download script (gpu_rent/on_vm/fetch.py): its pure parts, then real HTTP on loopback."""
 
 from __future__ import annotations
 
@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gpu_rent.on_vm import fetch
 from gpu_rent.on_vm.progress_line import ProgressLine
 from tests.ground.test_seed import FileServer
-from tests.module_file import load
-
-REPO = Path(__file__).resolve().parents[2]
-fetch = load("seed_fetch", REPO / "roles" / "seed" / "files" / "fetch.py")
 
 
 def sha(data: bytes) -> str:

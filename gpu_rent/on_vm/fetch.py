@@ -1,5 +1,6 @@
-#!/usr/bin/env python3
 """gpu-rent fetch: one file downloaded, resumed, checked and put in place (installed by the seed role).
+
+Run on the VM as `python3 -m on_vm.fetch`, from the on_vm package the seed and llm_runtime roles install.
 
 Subcommands:
   fetch   download URL into DIR/NAME through NAME.part, resuming with HTTP Range, and rename it
@@ -10,6 +11,9 @@ Subcommands:
 
 Standard library only: the VM has python3 and nothing else is installed for this. A failure ends
 with exit code 1 and one line on stderr that names what went wrong; the token never appears in it.
+
+One file past 500 lines on purpose: its four commands share the .part, sidecar and lock handling of one
+download, and the roles follow a download by calling it again (status) with the same names.
 """
 
 from __future__ import annotations
@@ -31,14 +35,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-try:
-    from gpu_rent.on_vm.progress_line import MAX_STAGE as STAGE_MAX
-    from gpu_rent.on_vm.progress_line import format_line as progress_line
-    from gpu_rent.on_vm.progress_line import parse as parse_progress
-except ImportError:  # on the VM: progress_line.py lies beside this file
-    from progress_line import MAX_STAGE as STAGE_MAX  # type: ignore[no-redef]
-    from progress_line import format_line as progress_line  # type: ignore[no-redef]
-    from progress_line import parse as parse_progress  # type: ignore[no-redef]
+from . import paths
+from .progress_line import MAX_STAGE as STAGE_MAX
+from .progress_line import format_line as progress_line
+from .progress_line import parse as parse_progress
 
 SIDECAR_SUFFIX = ".gpu-rent-sha256"
 CHUNK = 1 << 20
@@ -407,7 +407,7 @@ def read_token(token_file: str | None) -> str | None:
 
 
 def flock_path(args: argparse.Namespace) -> Path:
-    run_dir = Path(args.progress_file).parent if args.progress_file else Path("/run/gpu-rent")
+    run_dir = Path(args.progress_file).parent if args.progress_file else Path(paths.RUN_DIR)
     key = hashlib.sha256(f"{args.dir}\0{args.name or ''}\0{args.civitai or args.url}".encode()).hexdigest()[:16]
     return run_dir / f"fetch-{key}.lock"
 
@@ -448,7 +448,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fetch.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="on_vm.fetch", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def source(sp: argparse.ArgumentParser) -> None:
@@ -500,7 +500,7 @@ def civitai_arg(value: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "command", None) == "fetch" and not args.url:
-        print("fetch.py fetch: --url is required", file=sys.stderr)
+        print("on_vm.fetch fetch: --url is required", file=sys.stderr)
         return 2
     try:
         return args.func(args)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """gpu-rent llm_pull: Ollama's models pulled through its own HTTP API (installed by the llm_runtime role).
 
 Subcommands:
@@ -9,9 +8,9 @@ Subcommands:
 
 Ollama itself keeps what a pull fetched (server/download.go: the blob's -partial file and a -partial-N record
 per part), so a pull that breaks off - here, in a cancelled play or with the VM - resumes where it stopped the
-next time the model is pulled. Standard library only. It runs beside the seed role's fetch.py, whose progress
-lines, progress file and seeding-lock refresh it shares, and progress_line.py. A failure ends with exit code 1
-and one line on stderr that names the model.
+next time the model is pulled. Standard library only: run on the VM as `python3 -m on_vm.llm_pull` from the
+on_vm package the role installs, beside fetch, whose progress lines, progress file and seeding-lock refresh
+it shares, and progress_line. A failure ends with exit code 1 and one line on stderr that names the model.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-import ollama_name  # beside this file on the VM (sys.path[0]), as fetch is; both linked into the role's files/
-from fetch import Progress, stage_text
+from . import ollama_name
+from .fetch import Progress, stage_text
 
 STAGE_KIND = "llm"
 # Between two lines of a pull's stream. Ollama writes one every 60 ms while bytes come in, but says nothing
@@ -283,7 +282,7 @@ def digest_arg(value: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="llm_pull.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="on_vm.llm_pull", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def model(sp: argparse.ArgumentParser) -> None:

@@ -1,0 +1,28 @@
+"""The paths on the VM that the laptop and the VM both name, written once (design/layout.md rule 8).
+
+Names only, importing nothing: the roles copy it to the VM with the rest of on_vm, and the laptop
+imports it (`from gpu_rent.on_vm import paths`) to read or write the same files over SSH. YAML cannot
+import, so the roles' defaults repeat some of these; tests/unit/test_vm_paths.py holds every copy to the
+value here, and finds a literal of them in any other Python file of gpu_rent/ or roles/*/files/.
+"""
+
+# Holds the on_vm package; every program of it runs as `python3 -m on_vm.<module>` with this on PYTHONPATH.
+PROGRAM_DIR = "/usr/local/lib/gpu-rent"
+# In memory: a new boot empties it, as the grace after a boot starts anew.
+RUN_DIR = "/run/gpu-rent"
+# The killer's view of the VM and its memory from tick to tick (no secrets); `gpu-rent status` reads it.
+STATUS_FILE = f"{RUN_DIR}/idle-killer.json"
+# A unix time until which the killer stays silent: seeding, pulling or pushing runs.
+SEEDING_LOCK = f"{RUN_DIR}/seeding"
+# The latest progress line of the running download or pull.
+PROGRESS_FILE = f"{RUN_DIR}/progress"
+# On the boot volume, which the next VM boots from: outlives the server.
+STATE_DIR = "/var/lib/gpu-rent"
+# Why the killer deleted its server; the next up tells it once.
+LAST_WORDS_FILE = f"{STATE_DIR}/idle-killer-last-words.json"
+# The killer's config with its credential, root only; never under Output or Models.
+CONFIG_FILE = "/root/.gpu-rent/idle-killer.json"
+# The data volume (roles/data_volume), where SwarmUI's Models and Output live.
+DATA_MOUNT = "/mnt/swarm_data"
+# `gpu-rent hold` writes a unix time here; on the data volume, so a hold outlives a reboot.
+HOLD_FILE = f"{DATA_MOUNT}/.gpu-rent-hold-until"

@@ -1,1 +1,0 @@
-../../seed/files/fetch.py

@@ -1,1 +1,0 @@
-../../../gpu_rent/on_vm/ollama_name.py

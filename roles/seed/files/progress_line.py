@@ -1,1 +1,0 @@
-../../../gpu_rent/on_vm/progress_line.py
