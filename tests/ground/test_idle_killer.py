@@ -8,6 +8,9 @@ generation, and a ComfyUI relaunched on new ports is still seen; at the end Swar
 busy up to the cap, and the killer deletes its own server through Keystone and Nova, and then its
 floating IP through Neutron, leaving both volumes. Times are scaled from minutes to seconds with
 the role's idle_killer_* variables, the override only tests use.
+
+It stays one file past 500 lines: every case shares one rented host, armed once by the fixture at its
+top; split, each half would rent and arm a host of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import pytest
 import yaml
 from openstack import exceptions as os_exc
 
+from gpu_rent.on_vm import paths
+from tests.ground import flat_layout
 from tests.ground.test_bootstrap import converged, recap, run_bootstrap, run_playbook
 from tests.groundkit import (
     CLOUDS_YAML,
@@ -171,6 +176,39 @@ def test_bootstrap_arms_the_killer_first_with_a_credential_for_this_server_only(
     status = next_reason(address)
     assert status["credential"]["state"] == "ok" and config["credential_secret"] not in json.dumps(status)
     assert status["reason"].startswith("queue empty") and status["fires_at"]
+
+
+def test_a_boot_volume_armed_by_the_flat_layout_converges_to_one_killer_running_the_package_with_its_memory(vm):
+    """A warm up on a kept boot volume an older gpu-rent armed (tests/ground/flat_layout.py): the package
+    replaces the flat files, the one unit runs it, and the new program goes on from what the old one kept."""
+    address = vm.address
+    units = "gpu-rent-idle-killer.timer gpu-rent-idle-killer.service"
+    assert ssh(address, f"systemctl stop {units} && rm -r {paths.PROGRAM_DIR}/on_vm").returncode == 0
+    flat_layout.lay(address, flat_layout.killer(paths.CONFIG_FILE, TICK))
+    assert ssh(address, "systemctl daemon-reload && systemctl start gpu-rent-idle-killer.timer").returncode == 0
+    old = next_reason(address)  # a tick of the old program, from what the package's ticks kept before it
+    said = ssh(address, "systemctl show -p ExecStart --value gpu-rent-idle-killer.service").stdout
+    assert f"{flat_layout.KILLER_DIR}/idle_killer.py tick" in said, said
+    assert old["reason"].startswith("queue empty") and old["memory"]["idle_since"], old
+
+    rearmed = time.time()
+    rearm(vm)
+    assert ssh(address, f"test -e {flat_layout.KILLER_DIR}").returncode == 1  # the old files are gone
+    assert ssh(address, "pgrep -f idle-killer/idle_[k]iller.py").returncode == 1  # and nothing runs them
+    listed = ssh(address, "ls /etc/systemd/system /etc/systemd/system/timers.target.wants | grep idle").stdout
+    assert listed.split() == ["gpu-rent-idle-killer.service", "gpu-rent-idle-killer.timer",
+                              "gpu-rent-idle-killer.timer"], listed  # fmt: skip
+    timer = ssh(
+        address, "systemctl is-active gpu-rent-idle-killer.timer; systemctl is-enabled gpu-rent-idle-killer.timer"
+    )
+    assert timer.stdout.split() == ["active", "enabled"], timer.stdout
+    said = ssh(address, "systemctl show -p ExecStart --value gpu-rent-idle-killer.service").stdout
+    assert "/usr/bin/python3 -m on_vm.idle_killer tick" in said, said
+    new = next_reason(address)  # a tick of the package, from what the old program wrote
+    assert (new["booted_at"], new["memory"]["idle_since"]) == (old["booted_at"], old["memory"]["idle_since"]), new
+    assert new["reason"].startswith("queue empty") and new["credential"]["state"] == "ok", new
+    ticks = ssh(address, f"journalctl -u gpu-rent-idle-killer.service --since @{int(rearmed)} -o cat --no-pager")
+    assert "Traceback" not in ticks.stdout and "keep: queue empty" in ticks.stdout, ticks.stdout[-3000:]
 
 
 def test_a_second_run_keeps_the_credential_and_changes_nothing(vm):

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.ground import flat_layout
 from tests.groundkit import HOST_VARS, REPO, Cloud, ssh, wait_for_ssh, wait_until
 
 pytestmark = pytest.mark.ground
@@ -335,6 +336,25 @@ def test_a_verified_model_and_lists_land_and_a_second_run_changes_and_downloads_
     third = play(host, tmp_path, seed_only="autocomplete", **extra)
     assert third.rc == 0 and third.counts["changed"] == 0, third.out
     assert "models" not in " ".join(line for line in third.out.splitlines() if line.startswith("TASK"))
+
+
+def test_a_boot_volume_with_the_flat_scripts_gets_the_package_and_loses_them(host, files, tmp_path):
+    """A kept boot volume of an older gpu-rent (tests/ground/flat_layout.py): the seeding installs the on_vm
+    package and removes the flat scripts and the byte code of their imports, which nothing runs any more."""
+    program = flat_layout.PROGRAM_DIR
+    flat_layout.lay(host.address, flat_layout.scripts())
+    # the old script as the old role ran it: its import of progress_line leaves byte code beside it
+    host.sh(f"rm -rf {program}/on_vm\npython3 {program}/fetch.py lock --file /tmp/flat-lock --minutes 1\n"
+            f"test -d {program}/__pycache__")  # fmt: skip
+    tags = b"tag,type,count\nflat,0,1\n"
+    run = play(host, tmp_path, seed_autocomplete=[{"url": files.add("/ac/flat.csv", tags), "sha256": sha256(tags)}])
+    assert run.rc == 0, run.out
+    assert "RUNNING HANDLER [seed : Remove the scripts' files of before the on_vm package]" in run.out
+    left = host.sh(f"ls -A {program}").split()
+    assert "on_vm" in left and not {*flat_layout.SCRIPTS, "__pycache__"} & set(left), left
+    package = set(host.sh(f"ls {program}/on_vm").split()) - {"__pycache__"}
+    assert package == {"__init__.py", "fetch.py", "paths.py", "progress_line.py"}, "the seed role's part of on_vm"
+    assert host.sh(f"cat {SWARMUI}/Data/Autocompletions/flat.csv").encode() == tags
 
 
 def test_a_wrong_checksum_fails_in_words_and_leaves_no_file_and_no_lock(host, files, tmp_path):
