@@ -77,12 +77,14 @@ class CloudView:
 
 @dataclass(frozen=True)
 class Leftover:
-    """Something billable that no state owns, with the command that deletes it."""
+    """Something billable that no state owns, with the command that deletes it; or, where that command would
+    delete someone's data or another project's rental, none and how its own project folder ends it."""
 
     kind: str
     id: str
     detail: str
-    delete_command: str
+    delete_command: str | None
+    end: str = ""  # how it ends, where no delete command is given
 
 
 def observe(conn, prefix: str) -> CloudView:
@@ -276,9 +278,13 @@ def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack"
             continue
         owner = dict(s.metadata).get(TAG)
         why = "a second server with this project's name" if s.name == ours["server"] else "not this project's server"
-        if owner and owner != prefix:
-            why = f"belongs to gpu-rent project NAME={owner}"
         detail = f"{s.name} ({s.status}, tags {','.join(s.tags)}): {why}"
+        if owner and owner != prefix:  # another folder's rental, maybe at work: its own stop pulls its Output first
+            detail = f"{s.name} ({s.status}, tags {','.join(s.tags)}): belongs to gpu-rent project NAME={owner}"
+            found.append(
+                Leftover("server", s.id, detail, None, f"`gpu-rent stop` in the project folder of NAME={owner}")
+            )
+            continue
         found.append(Leftover("server", s.id, detail, f"{cli} server delete {s.id}"))
     for v in view.volumes:
         if v.name in (ours["boot_volume"], ours["data_volume"]):
@@ -288,7 +294,8 @@ def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack"
                 "volume",
                 v.id,
                 f"{v.name} ({v.size} GB {v.status}): a gpu-rent {v.gpu_rent or ''} volume of another NAME",
-                f"{cli} volume delete {v.id}",
+                None,  # it holds data (another folder's, or this one's before a rename): never a delete command here
+                "it holds data: `gpu-rent destroy --i-understand-data-loss` in the project folder whose NAME made it",
             )
         )
     for ip in view.floating_ips:

@@ -69,7 +69,7 @@ class StatusReport:
             "minutes_alive": None if self.minutes_alive is None else round(self.minutes_alive, 1),
             "cost_so_far": None if self.cost_so_far is None else round(self.cost_so_far, 2),
             "leftovers": [
-                {"kind": x.kind, "id": x.id, "detail": x.detail, "delete_command": x.delete_command}
+                {"kind": x.kind, "id": x.id, "detail": x.detail, "delete_command": x.delete_command, "end": x.end}
                 for x in self.leftovers
             ],
             "snapshot": self.snapshot,
@@ -129,7 +129,10 @@ class StatusReport:
             out.print("[bold]leftovers[/] none")
         for x in self.leftovers:
             out.print(f"[bold yellow]leftover[/]  {x.kind} {escape(x.detail)}")
-            out.print(f"          delete: [bold]{escape(x.delete_command)}[/]")
+            if x.delete_command:
+                out.print(f"          delete: [bold]{escape(x.delete_command)}[/]")
+            else:
+                out.print(f"          ends with {escape(x.end)}")
 
 
 def operation_line(operation: dict | None, running: bool) -> str | None:

@@ -985,6 +985,24 @@ def test_status_names_orphans_with_commands_that_delete_them(life, cloud, net):
     assert {x["id"] for x in status(project)["leftovers"]}.isdisjoint({orphan.id, stray_ip.id})
 
 
+def test_status_names_another_projects_server_and_a_volume_with_no_command_that_deletes_them(life, cloud, net):
+    """Two project folders in one cloud project (or a volume left by a rename): status names each, and gives
+    no command that would end another folder's work unsaved or delete someone's data (money-review P9)."""
+    project, ours = life
+    theirs = cloud.server(net, cloud.volume(10, image=True), tags=["gpu-rent"], name="other-vm",
+                          metadata={"gpu-rent": "other-project"})  # fmt: skip
+    data = cloud.volume(1, name="other-project-data")
+    ours.conn.block_storage.set_volume_metadata(data, **{"gpu-rent": "data"})
+    leftovers = {x["id"]: x for x in status(project)["leftovers"]}
+    assert leftovers[theirs.id]["delete_command"] is None
+    assert leftovers[theirs.id]["end"] == "`gpu-rent stop` in the project folder of NAME=other-project"
+    assert leftovers[data.id]["delete_command"] is None and "holds data" in leftovers[data.id]["end"]
+    shown = gpu_rent(project, "status")
+    assert shown.returncode == 0, shown.stderr
+    assert "volume delete" not in shown.stdout and f"server delete {theirs.id}" not in shown.stdout
+    assert "ends with" in shown.stdout and "NAME=other-project" in shown.stdout
+
+
 def test_a_corrupt_state_file_is_moved_aside_and_rebuilt_from_the_cloud(life):
     project, ours = life
     (project / ".gpu-rent" / "state.json").write_text("{ not json")

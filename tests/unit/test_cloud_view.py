@@ -5,8 +5,10 @@ import threading
 import pytest
 
 from gpu_rent.cloud.view import (
+    TAG,
     CloudView,
     FloatingIP,
+    Leftover,
     Server,
     Volume,
     leftovers,
@@ -236,3 +238,38 @@ def test_json_without_a_field_every_item_has_is_refused_not_guessed():
 
     with pytest.raises(KeyError):
         servers_of([{k: v for k, v in NOVA_SERVER.items() if k != "status"}], resource_names("gpu-rent"))
+
+
+def test_another_names_server_and_any_volume_are_named_with_no_command_that_deletes_them():
+    """A delete command for another folder's server may end its work unsaved; for a volume, someone's data (P6)."""
+    other = Server("s9", "other-vm", "ACTIVE", "active", ("gpu-rent",), "gpu.l4.1", None, (), metadata=((TAG, "x"),))
+    renamed = Volume("v9", "gpu-rent-old-data", "available", 200, "ru-7a", "data")
+    found = {x.id: x for x in leftovers(State(), CloudView(servers=(other,), volumes=(renamed,)), "gpu-rent")}
+    assert found["s9"].delete_command is None and "NAME=x" in found["s9"].detail
+    assert found["s9"].end == "`gpu-rent stop` in the project folder of NAME=x"
+    assert found["v9"].delete_command is None and "holds data" in found["v9"].end
+    assert "--i-understand-data-loss" in found["v9"].end
+
+
+def test_status_prints_how_a_leftover_ends_where_it_gives_no_delete_command():
+    import io
+
+    from rich.console import Console
+
+    from gpu_rent.rental.report import StatusReport
+
+    kept = Leftover(
+        "volume", "v9", "gpu-rent-old-data (200 GB available)", None, "it holds data: destroy from its folder"
+    )
+    stray = Leftover("floating_ip", "f9", "10.0.0.9: unattached floating IP", "openstack floating ip delete f9")
+    report = StatusReport(project="/p", cloud="c", phase=Phase.IDLE, phase_note="n", server=None, address=None,
+                          volumes=[], leftovers=[kept, stray], minutes_alive=None, cost_so_far=None,
+                          price_per_hour=None)  # fmt: skip
+    out = io.StringIO()
+    report.render(Console(file=out, width=200))
+    shown = out.getvalue()
+    assert "ends with it holds data: destroy from its folder" in shown and "volume delete" not in shown
+    assert "delete: openstack floating ip delete f9" in shown
+    assert report.to_json()["leftovers"][0] == {
+        "kind": "volume", "id": "v9", "detail": kept.detail, "delete_command": None, "end": kept.end,
+    }  # fmt: skip
