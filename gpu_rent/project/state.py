@@ -27,6 +27,7 @@ LOCK_FILE = "lock"
 HOLDER_FILE = "lock.holder"
 # The rest of what lives in RUNTIME_DIR, each named here once (the module in brackets reads and writes it).
 LOGS_DIR = "logs"  # every playbook run's log (rental/runner.py)
+KNOWN_HOSTS_FILE = "known_hosts"  # the VM's host keys, pinned per boot volume (to_vm/ssh.py, to_vm/killer_view.py)
 TOKEN_FILE = "token.json"  # the last login's token (cloud/token_cache.py)
 CLOUD_ROUTE_FILE = "cloud-route.json"  # how status last reached its lists (cloud/route.py)
 TUNNEL_FILE = "tunnel.json"  # the background tunnel's record (to_vm/tunnel_record.py)

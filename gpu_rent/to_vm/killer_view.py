@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from gpu_rent.on_vm import paths
+from gpu_rent.project.state import KNOWN_HOSTS_FILE
 
 STATUS_FILE = paths.STATUS_FILE
 # A killer that has not ticked for this long is not running: say so rather than trust its last word.
@@ -30,7 +31,7 @@ def start_for(settings, address: str | None, boot_volume: str | None) -> subproc
     """Begin reading the killer's status file from the project's VM (its host key bound to the boot volume)."""
     if not address or not boot_volume:
         return None
-    known_hosts = settings.runtime_dir / "known_hosts"
+    known_hosts = settings.runtime_dir / KNOWN_HOSTS_FILE
     return start(address, settings.ssh_user, settings.ssh_key, known_hosts, f"gpu-rent-{boot_volume}")
 
 

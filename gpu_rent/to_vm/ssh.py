@@ -17,6 +17,8 @@ from pathlib import Path
 
 import asyncssh
 
+from gpu_rent.project.state import KNOWN_HOSTS_FILE
+
 # A dead peer (a laptop that slept, a VM that vanished) is noticed within about a minute.
 KEEPALIVE_SECONDS = 15
 KEEPALIVE_COUNT = 4
@@ -56,7 +58,7 @@ class Target:
         boot = resources.get("boot_volume")
         if not address or not boot:
             raise SshError("no VM address in the state: run gpu-rent up first")
-        return cls(address, settings.ssh_user, settings.ssh_key, settings.runtime_dir / "known_hosts", alias(boot))
+        return cls(address, settings.ssh_user, settings.ssh_key, settings.runtime_dir / KNOWN_HOSTS_FILE, alias(boot))
 
 
 def alias(boot_volume_id: str) -> str:

@@ -33,6 +33,7 @@ try:
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from gpu_rent.project import settings as config
+    from gpu_rent.project.errors import ConfigError
 
 _cache: dict[str, dict] = {}
 

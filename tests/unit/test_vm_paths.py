@@ -9,7 +9,6 @@ files/ fails (it imports paths instead).
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from gpu_rent.on_vm import paths
+from tests.source import string_literals
 
 ROOT = Path(__file__).resolve().parents[2]
 # The VM's folders gpu-rent names; any path under them is one of paths.py's, or one of a role's own files.
@@ -99,21 +99,7 @@ def test_every_yaml_copy_of_a_vm_path_is_the_one_paths_py_gives():
 
 def literals(path: Path) -> list[tuple[int, str]]:
     """The string literals of a Python file naming a path under FOLDERS, docstrings aside."""
-    tree = ast.parse(path.read_text())
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    return sorted(
-        (node.lineno, node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-        and NAMED.search(node.value)
-    )  # fmt: skip
+    return [(line, value) for line, value in string_literals(path) if NAMED.search(value)]
 
 
 def python_files(root: Path) -> list[Path]:
