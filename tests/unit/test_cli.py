@@ -329,3 +329,11 @@ def test_the_notification_says_done_and_never_comes_after_a_cancel(monkeypatch):
     with pytest.raises(typer.Exit):
         canceled()
     assert notes.said == [("gpu-rent push done", "project my-project")]
+
+
+def test_the_entry_point_of_a_venv_made_before_the_cli_became_a_package_still_runs(tmp_path):
+    """Such a venv's gpu-rent script does `from gpu_rent.cli import main`: after a git pull it must still stop a VM."""
+    code = "import sys; sys.argv = ['gpu-rent', '--version']; from gpu_rent.cli import main; main()"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("gpu-rent "), done.stderr
