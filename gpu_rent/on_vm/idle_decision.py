@@ -2,8 +2,8 @@
 
 A pure function of what one tick saw and what earlier ticks remembered, so
 that every rule is tested here, exhaustively, and the very same file runs on
-the VM (the idle_killer role installs it beside the program that gathers the
-observation and acts). Standard library only: the VM has no gpu-rent.
+the VM (the idle_killer role installs the on_vm package, this and the program that
+gathers the observation and acts). Standard library only: the VM has no gpu-rent.
 
 The rules, in order (SPEC §7, with the order of work and trouble fixed by issue 13):
 

@@ -1,7 +1,7 @@
 """Ollama's model names as its types/model/name.go reads them (ParseName, EqualFold).
 
-Python stdlib only: the same file checks ollama-models.yaml on the laptop (llm_models) and, copied beside
-llm_pull.py, matches /api/tags entries on the VM, where only python3 is installed.
+Python stdlib only: the same file checks ollama-models.yaml on the laptop (llm_models) and, in the on_vm package
+beside llm_pull.py, matches /api/tags entries on the VM, where only python3 is installed.
 """
 
 from __future__ import annotations

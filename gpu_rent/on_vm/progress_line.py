@@ -1,7 +1,7 @@
 """The `::gpu-rent-progress {...}` line protocol of long remote steps (SPEC §11).
 
 One file for both ends: the wrapper parses the lines, and the seed role ships this very file
-beside its download script on the VM, which formats them (standard library only).
+in the on_vm package beside its download script (fetch.py) on the VM, which formats them (standard library only).
 
 A remote step prints `::gpu-rent-progress {"done":2472,"total":3862,"stage":"models"}`
 among its other output; `done` is required, `total` optional (no total: an

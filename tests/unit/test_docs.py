@@ -174,3 +174,17 @@ def test_the_configuration_page_documents_every_key_and_no_other():
     assert [key for key in documented if key not in KEYS] == [], "rows for keys the code does not have"
     wrong = {key: shown for key, shown in rows if shown != _shown(KEYS[key].default)}
     assert wrong == {}, "the default column differs from the code's default"
+
+
+def test_the_architecture_page_names_every_module_in_its_packages_row():
+    """docs/architecture.md's table has a row per package of gpu_rent/ that names each of its modules."""
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)/` \| (.*) \|$", page, re.M))
+    packages = sorted(p.name for p in (REPO / "gpu_rent").iterdir() if (p / "__init__.py").is_file())
+    assert sorted(rows) == packages
+    unnamed = {
+        package: [m.name for m in sorted((REPO / "gpu_rent" / package).glob("*.py"))
+                  if m.name != "__init__.py" and f"`{m.name}`" not in rows[package]]
+        for package in packages
+    }  # fmt: skip
+    assert {package: names for package, names in unnamed.items() if names} == {}

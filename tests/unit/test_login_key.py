@@ -1,4 +1,4 @@
-"""The SSH key is checked before anything is rented (gpu_rent.ssh.check_login_key): with real keys from
+"""The SSH key is checked before anything is rented (gpu_rent.to_vm.ssh.check_login_key): with real keys from
 ssh-keygen and a real ssh-agent, as the VM's login would take them."""
 
 from __future__ import annotations
