@@ -5,13 +5,17 @@ Usage (as root, from the repository root, the test ground running):
 
 Runs each bench/*.py (not _*.py) with this Python, streams its output, and collects its `::gpu-rent-bench`
 lines (bench/_report.py). Benchmarks inform, they are not tests: a missed goal still exits 0; a bench that
-crashed (exited non-zero, or said no ratio) exits 1.
+crashed (exited non-zero, or said no ratio) exits 1. A figure one bench leaves for another (bench/_report.py
+leave/left: warm_up's seconds, which idle_tax bills at each re-rent) goes through a folder of this run's own;
+the benches that read one run last.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,14 +24,18 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._report import met, parse
+from bench._report import FIGURES, met, parse
 
 BENCH = Path(__file__).resolve().parent
+READERS = ("idle_tax",)  # read what other benches leave in this run (warm_up's seconds): they run after them
 console = Console(width=None if sys.stdout.isatty() else 120)  # a log (make bench | tee) keeps rows on one line
 
 
 def benches(names: list[str]) -> list[Path]:
-    found = sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_") and p.name != Path(__file__).name)
+    found = sorted(
+        (p for p in BENCH.glob("*.py") if not p.name.startswith("_") and p.name != Path(__file__).name),
+        key=lambda p: (p.stem in READERS, p.name),
+    )
     if not names:
         return found
     unknown = set(names) - {p.stem for p in found}
@@ -36,11 +44,11 @@ def benches(names: list[str]) -> list[Path]:
     return [p for p in found if p.stem in names]
 
 
-def run(script: Path) -> tuple[int, list[dict], float]:
+def run(script: Path, figures: str) -> tuple[int, list[dict], float]:
     """(exit code, its result lines, seconds); its output streamed as it comes."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-u", str(script)], cwd=BENCH.parent,
+        [sys.executable, "-u", str(script)], cwd=BENCH.parent, env=os.environ | {FIGURES: figures},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
     )  # fmt: skip
     results = []
@@ -75,9 +83,10 @@ def table(rows: list[tuple[str, int, list[dict], float]]) -> Table:
 def main() -> int:
     rows = []
     try:
-        for script in benches(sys.argv[1:]):
-            console.rule(f"bench/{script.name}")
-            rows.append((script.stem, *run(script)))
+        with tempfile.TemporaryDirectory(prefix="gpu-rent-bench-") as figures:
+            for script in benches(sys.argv[1:]):
+                console.rule(f"bench/{script.name}")
+                rows.append((script.stem, *run(script, figures)))
     except KeyboardInterrupt:
         console.print("[bold]interrupted[/]: the table has the benches that finished")
         console.print(table(rows))
