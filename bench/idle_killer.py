@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._report import report
+from gpu_rent.on_vm import paths
 from tests.ground.test_bootstrap import rent_host, run_playbook
 from tests.ground.test_idle_killer import HOLD, NVIDIA_SMI, killer_status, member_auth
 from tests.groundkit import Cloud, connect, drop_killer_credentials, ground_missing, ssh, unique
@@ -83,9 +84,7 @@ def bench(cloud: Cloud, tick: int) -> None:
             gpus = killer_status(address).get("gpus")
             if not gpus:
                 sys.exit(f"the killer does not read the GPUs: {killer_status(address)}")
-            per_tick = cpu_seconds(
-                address, f"/usr/bin/env PYTHONPATH=/usr/local/lib/gpu-rent /usr/bin/python3 {program}"
-            )
+            per_tick = cpu_seconds(address, f"/usr/bin/env PYTHONPATH={paths.PROGRAM_DIR} /usr/bin/python3 {program}")
             bare = cpu_seconds(address, "/usr/bin/python3 -c pass")
             share = per_tick / REAL_TICK * 100
             print(f"cpu        {per_tick * 1000:6.1f} ms a tick; bare python3 start {bare * 1000:.1f} ms "

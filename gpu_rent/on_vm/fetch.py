@@ -448,7 +448,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="on_vm.fetch", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fetch.py", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def source(sp: argparse.ArgumentParser) -> None:
@@ -500,7 +500,7 @@ def civitai_arg(value: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "command", None) == "fetch" and not args.url:
-        print("on_vm.fetch fetch: --url is required", file=sys.stderr)
+        print("fetch.py fetch: --url is required", file=sys.stderr)
         return 2
     try:
         return args.func(args)

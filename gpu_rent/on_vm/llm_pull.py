@@ -282,7 +282,7 @@ def digest_arg(value: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="on_vm.llm_pull", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="llm_pull.py", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def model(sp: argparse.ArgumentParser) -> None:

@@ -67,14 +67,15 @@ def test_both_roles_that_install_scripts_remove_the_same_flat_ones():
     ("role", "module"),
     [("idle_killer", "idle_killer"), ("seed", "fetch"), ("llm_runtime", "llm_pull"), ("llm_runtime", "fetch")],
 )
-def test_each_program_runs_as_its_role_runs_it_from_what_the_role_copies(role, module):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "roles" / role / "files"), "PYTHONDONTWRITEBYTECODE": "1"}
-    ran = subprocess.run(
-        [sys.executable, "-m", f"on_vm.{module}", "--help"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd="/",
-        timeout=30,
-    )
+def test_each_program_runs_as_its_role_runs_it_from_what_the_role_copies(role, module, tmp_path):
+    """The role's own command line, started where a login lands (its home), with a json.py there: python3 -m puts
+    the current folder first on sys.path, so the command must leave it (env -C /) or that file would be json."""
+    (tmp_path / "json.py").write_text("raise SystemExit('the json.py of the current folder was imported')\n")
+    names = {"idle_killer": "idle_killer_program", "seed": "seed_fetch"}
+    command = names.get(role) or f"llm_runtime_{module.split('_')[-1]}"
+    here = str(ROOT / "roles" / role / "files")  # the package as the role copies it
+    argv = [part.replace(f"{{{{ {role}_program_dir }}}}", here) for part in role_vars(role)[command]]
+    assert argv[-1] == f"on_vm.{module}", argv
+    env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    ran = subprocess.run([*argv, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
     assert ran.returncode == 0 and ran.stdout.startswith("usage: "), ran.stderr
