@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 from gpu_rent.project.keys import KEYS, REQUIRED
+from tests.unit.test_readme import _shown as in_vars_file
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -153,16 +154,12 @@ def key_rows() -> list[tuple[str, str]]:
 
 
 def _shown(default) -> str:
-    """A default as the key table writes it."""
+    """A default as the key table writes it: as gpu-rent.vars does, but for the two it cannot show there."""
     if default is REQUIRED:
         return "required"
     if default is None or default == ():
         return "(none)"
-    if isinstance(default, bool):
-        return "true" if default else "false"
-    if isinstance(default, tuple):
-        return ",".join("=".join(item) if isinstance(item, tuple) else item for item in default)
-    return str(default)
+    return in_vars_file(default)
 
 
 def test_the_configuration_page_documents_every_key_and_no_other():
