@@ -349,7 +349,7 @@ def test_a_boot_volume_with_the_flat_scripts_gets_the_package_and_loses_them(hos
     tags = b"tag,type,count\nflat,0,1\n"
     run = play(host, tmp_path, seed_autocomplete=[{"url": files.add("/ac/flat.csv", tags), "sha256": sha256(tags)}])
     assert run.rc == 0, run.out
-    assert "RUNNING HANDLER [seed : Remove the scripts' files of before the on_vm package]" in run.out
+    assert "TASK [seed : Remove the scripts' files of before the on_vm package]" in run.out
     left = host.sh(f"ls -A {program}").split()
     assert "on_vm" in left and not {*flat_layout.SCRIPTS, "__pycache__"} & set(left), left
     package = set(host.sh(f"ls {program}/on_vm").split()) - {"__pycache__"}
