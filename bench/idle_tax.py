@@ -65,13 +65,14 @@ from rich.table import Table
 
 from bench import _traces
 from bench._report import left, report
-from gpu_rent.on_vm.idle_decision import DELETE, Limits, Memory, Observation, decide
+from gpu_rent.on_vm.idle_decision import DELETE, Memory, Observation, decide
+from gpu_rent.on_vm.idle_killer import Config
 
 TICK = 60.0  # the killer's timer (idle_killer_tick_seconds)
 HOUR, DAY = 3600.0, 86400.0
 WARM_UP_LAST = 19.3  # seconds: bench/warm_up.py's warm `up` on the test ground, its last run before this bench
 # the product's defaults (gpu_rent/project/keys.py, roles/idle_killer/defaults/main.yml)
-IDLE_MINUTES, GRACE_MINUTES, GPU_PERCENT, MARGIN = 30, 45, 10.0, 180.0
+IDLE_MINUTES, GRACE_MINUTES = 30, 45
 SKYPILOT_DEFAULT, SKYPILOT_CHECK = 5, 60.0
 DSTACK_DEFAULT, DSTACK_CHECK = 5, 7.0
 GOAL = 1.10
@@ -189,9 +190,11 @@ def gpu_rent(billing_hour: str = "off", idle_minutes: float = IDLE_MINUTES, grac
     """The VM's own decision, ticked as idle_killer's timer and main() tick it."""
 
     def keeper(work: Work, at: float, _before: Rentals, _warm_up: float) -> float:
-        limits = Limits(idle_seconds=idle_minutes * 60, grace_seconds=grace_minutes * 60,
-                        cap_seconds=2 * idle_minutes * 60, gpu_percent=GPU_PERCENT, billing_hour=billing_hour,
-                        billing_margin_seconds=MARGIN, rental_started_at=at)  # fmt: skip
+        # the killer's own config turned into Limits, as a tick does: IDLE_GPU_PERCENT and the margin its defaults
+        config = Config(server_id="bench", auth_url="", credential_id=None, credential_secret=None,
+                        idle_seconds=idle_minutes * 60, grace_seconds=grace_minutes * 60,
+                        cap_seconds=2 * idle_minutes * 60, billing_hour=billing_hour, rental_started_at=at)  # fmt: skip
+        limits = config.limits()
         booted = now = at + TICK  # OnBootSec: the first tick, which writes booted_at into the status file
         memory, horizon = Memory(), work.end + DAY
         while now < horizon:
