@@ -36,8 +36,8 @@ SDK_MODULES = {"openstack", "keystoneauth1"}  # resolved or caught in project/, 
 
 
 class Import:
-    def __init__(self, target: str, top: bool, line: int):
-        self.target, self.top, self.line = target, top, line
+    def __init__(self, target: str, top: bool, line: int, relative: bool = False):
+        self.target, self.top, self.line, self.relative = target, top, line, relative
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -68,7 +68,8 @@ def imports_of(path: Path, root: Path, modules: set[str]) -> list[Import]:
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                 names = [arg.value]
-        found += [Import(name, id(node) in top_level, node.lineno) for name in names if name != "__future__"]
+        relative = isinstance(node, ast.ImportFrom) and node.level > 0
+        found += [Import(name, id(node) in top_level, node.lineno, relative) for name in names if name != "__future__"]
     return found
 
 
@@ -87,7 +88,7 @@ def violations(root: Path) -> list[str]:
     """Every broken rule as `<module>:<line>: <rule>`; empty when the tree keeps them all."""
     tree, found = tree_of(root), []
     name = root.name
-    for module, (path, imports) in tree.items():
+    for module, (_, imports) in tree.items():
         pkg = package_of(module)
         for imp in imports:
             where = f"{module}:{imp.line}"
@@ -95,7 +96,7 @@ def violations(root: Path) -> list[str]:
             first = imp.target.split(".")[0]
             if pkg == "on_vm":
                 sibling = imp.target.startswith(f"{name}.on_vm.") or imp.target == f"{name}.on_vm"
-                relative = sibling and _is_relative(path, imp.line)
+                relative = sibling and imp.relative
                 if ours and not relative:
                     found.append(
                         f"{where}: on_vm imports {imp.target}; only siblings, relatively (the VM has no gpu_rent)"
@@ -129,13 +130,6 @@ def violations(root: Path) -> list[str]:
     if loop:
         found.append(f"{loop[0]}: import cycle {' -> '.join(loop)}")
     return found
-
-
-def _is_relative(path: Path, line: int) -> bool:
-    return any(
-        isinstance(node, ast.ImportFrom) and node.lineno == line and node.level > 0
-        for node in ast.walk(ast.parse(path.read_text()))
-    )
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
