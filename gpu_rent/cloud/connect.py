@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_rent.cloud import token_cache
-from gpu_rent.project.errors import masked
+from gpu_rent.project.errors import one_line
 from gpu_rent.project.state import TOKEN_FILE
 
 if TYPE_CHECKING:
@@ -42,9 +42,7 @@ def login(auth: CloudAuth, *, kept: Path | None = None, secrets: Iterable[str] =
             reused = token_cache.restore(conn.session.auth, kept, keyed)
         conn.authorize()
     except Exception as e:  # keystoneauth raises many kinds; all mean the same to the user
-        said = masked(" ".join(str(e).split()))  # openstacksdk's errors quote the auth URL
-        for secret in secrets:
-            said = said.replace(secret, "***")
+        said = one_line(e, secrets)
         why = f"{type(e).__name__}: {said[:300]}" if said else type(e).__name__
         raise CloudUnreachable(
             f"cannot reach the cloud ({auth.describe()}): {why}", said=said, kind=type(e).__name__

@@ -7,6 +7,7 @@ all, import it from below rather than from each other.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 
 class ConfigError(Exception):
@@ -27,3 +28,11 @@ def masked(text: str) -> str:
     """text as an output line may show it: a URL's user:secret@ never (the line may be logged), but ***@. Up to the
     last @ before a space or the end: a password may hold @ or /, and to hide a host too is the lesser harm."""
     return re.sub(r"(://)\S*@", r"\1***@", text)
+
+
+def one_line(error: Exception, secrets: Iterable[str] = ()) -> str:
+    """An outside error's text on one line, masked, with any secret it might quote blanked out (uncut)."""
+    text = masked(" ".join(str(error).split()))  # openstacksdk's errors quote the auth URL
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text

@@ -20,7 +20,7 @@ from openstack import exceptions as sdk_exceptions
 from gpu_rent.cloud.connect import CloudUnreachable
 from gpu_rent.cloud.connect import login as cloud_login
 from gpu_rent.project.env import CloudAuth
-from gpu_rent.project.errors import ConfigError, masked
+from gpu_rent.project.errors import ConfigError, masked, one_line
 
 WHERE = "setup"
 # the two kinds of typed login, as .env's OS_AUTH_TYPE names them (config passes it to openstacksdk as auth_type)
@@ -227,14 +227,6 @@ def check_cloud(cloud: str | None, clouds_yaml: Path | None) -> CloudAuth:
     return auth
 
 
-def _one_line(error: Exception, secrets: list[str]) -> str:
-    """An outside error's text on one line, with any secret it might quote blanked out."""
-    text = masked(" ".join(str(error).split()))  # openstacksdk's errors quote the auth URL
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text[:300]
-
-
 def check_login(login: Login) -> CloudAuth:
     """Typed OS_* values, complete and resolved without the network, as the CloudAuth config will load from them."""
     required = ("auth_url", "username", "password", "project_name") if login.kind == PASSWORD else (
@@ -259,7 +251,7 @@ def check_login(login: Login) -> CloudAuth:
     try:
         auth.region()
     except Exception as e:
-        raise _refuse(f"--auth-url {masked(login.auth_url)}: {_one_line(e, login.secrets())}") from None
+        raise _refuse(f"--auth-url {masked(login.auth_url)}: {one_line(e, login.secrets())[:300]}") from None
     return auth
 
 
@@ -300,7 +292,7 @@ def check_credential(conn, warn: Callable[[str], None]) -> None:
             shown = conn.identity.get_application_credential(user=access.user_id, application_credential=credential)
             restricted = None if shown.unrestricted is None else not shown.unrestricted
         except (sdk_exceptions.SDKException, ksa_exceptions.ClientException) as e:
-            why = _one_line(e, [])
+            why = one_line(e)[:300]
     if restricted is None:
         warn(f"could not check that the application credential {credential} is unrestricted ({why}): "
              f"{_UNRESTRICTED_ONLY}")  # fmt: skip
