@@ -8,7 +8,8 @@ paths), so it is standard library only. Commands:
 
   tick    look, decide (idle_decision.decide), write the status file and one journal line; delete
           the server when the decision says so
-  check   authenticate with the credential only, and record whether Keystone accepts it
+  check   prove the credential: log in with it and GET this server through the endpoint, region and path
+          its DELETE will use (Nova, not Keystone, enforces an access rule), and record what that proved
   arm     write the config read from stdin (root only) when it differs, then check; --look UNIT: then
           start UNIT for the first look. The role arms in this one command: one SSH round trip, not five
 
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -113,6 +115,9 @@ class Config:
     last_words_file: str = paths.LAST_WORDS_FILE
     credential_expires_at: str | None = None
     credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
+    # cloud-init's record of this boot (in /run: never a boot before), whose v1.instance_id is the server this
+    # VM is; absent (no cloud-init): the config's server_id is trusted
+    instance_data_file: str = "/run/cloud-init/instance-data.json"
     tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
     armed_at: float = 0  # when this config was written (the role arms; the grace runs from then too)
     gpu_percent: float | None = 10.0  # IDLE_GPU_PERCENT: a GPU busier than this is work; None: not read
@@ -227,6 +232,7 @@ def authenticate(cfg: Config) -> tuple[str, list]:
 
 
 def endpoint(catalog: list, service_type: str, interface: str, region: str | None) -> str:
+    """The URL the killer's calls go to; none that fits is a refusal, not a hiccup: it never heals by itself."""
     found = [
         ep
         for service in catalog
@@ -236,10 +242,63 @@ def endpoint(catalog: list, service_type: str, interface: str, region: str | Non
     ]
     regions = {ep.get("region_id") or ep.get("region") for ep in found}
     if region is None and len(regions) > 1:  # a DELETE in the wrong region answers 404: never guess
-        raise Unreachable(f"{service_type} in several regions ({', '.join(sorted(map(str, regions)))}): no region set")
+        raise CredentialRefused(
+            f"{service_type} is in several regions ({', '.join(sorted(map(str, regions)))}) and no region is set "
+            "(OS_REGION_NAME in .env)"
+        )
     if found:
         return found[0]["url"].rstrip("/")
-    raise Unreachable(f"no {interface} {service_type} endpoint{f' in {region}' if region else ''} in the catalogue")
+    where = f" in region {region}" if region else ""
+    raise CredentialRefused(f"the catalogue has no {interface} {service_type} endpoint{where}")
+
+
+def own_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
+    """The proof: a GET of this server through the very endpoint, region and path its DELETE uses. Keystone
+    gives an access-ruled credential a token whatever its rules say; Nova's keystonemiddleware matches the
+    rule against the path Nova itself sees, so only a call to Nova shows the DELETE would be taken."""
+    token, catalog = login or authenticate(cfg)
+    url = f"{endpoint(catalog, 'compute', cfg.interface, cfg.region_name)}/servers/{cfg.server_id}"
+    path = urllib.parse.urlsplit(url).path
+    request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as reply:
+            shown = json.loads(reply.read()).get("server") or {}
+    except urllib.error.HTTPError as e:
+        if e.code == 401:  # keystonemiddleware: no rule matches the path Nova sees, or Nova checks no rules
+            raise CredentialRefused(
+                f"Nova refused GET {path} (HTTP 401): its access rule does not match the path Nova sees "
+                "(a gateway before Nova? set idle_killer_rule_path), or Nova does not check access rules"
+            ) from None
+        if e.code == 403:
+            raise CredentialRefused(f"the cloud's policy forbids GET {path} to this credential (HTTP 403)") from None
+        if e.code == 404:
+            region = cfg.region_name or "the catalogue's only region"
+            raise CredentialRefused(f"Nova in {region} has no server {cfg.server_id} (the wrong region?)") from None
+        raise Unreachable(f"Nova: {why(e)}") from None
+    except (OSError, ValueError) as e:
+        raise Unreachable(f"Nova at {url}: {why(e)}") from None
+    if shown.get("id") != cfg.server_id:
+        raise CredentialRefused(f"Nova answered GET {path} with server {shown.get('id')!r}, not {cfg.server_id}")
+    return f"GET {path} answered by Nova"
+
+
+def own_instance_id(cfg: Config) -> str | None:
+    """The server this VM is, as cloud-init read it from the metadata service at this boot; None: not known."""
+    try:
+        data = json.loads(Path(cfg.instance_data_file).read_text())
+        found = (data.get("v1") or {}).get("instance_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(found) if found else None
+
+
+def not_this_server(cfg: Config) -> str | None:
+    """Why this config must never act here: it names another server (a kept boot volume under a new VM
+    whose arm has not come yet, where the old credential would delete nothing, or worse, another VM)."""
+    own = own_instance_id(cfg)
+    if own and own != cfg.server_id:
+        return f"this VM is server {own} but the killer is armed for {cfg.server_id}: it waits for its arm"
+    return None
 
 
 def delete_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
@@ -448,6 +507,10 @@ def _line(decision: Decision, credential: dict) -> str:
 def _delete(cfg: Config, credential: dict, now: float, say, reason: str = "") -> dict:
     """The server first (the GPU is what bills most), then its floating IP, in one login, before the
     VM goes: the next tick may never come."""
+    stranger = not_this_server(cfg)
+    if stranger:  # the old credential may still delete the server it names, which is not this one
+        credential.update(state="refused", checked_at=now, message=stranger)
+        return {"acted": f"CREDENTIAL REFUSED, not deleted: {stranger}"}
     words = {"server_id": cfg.server_id, "at": now, "reason": reason, "acted": "deleting"}
     _last_words(cfg, words)  # before the DELETE: once Nova takes it, the guest may not write again
     try:
@@ -491,9 +554,13 @@ def _last_words(cfg: Config, words: dict) -> None:
 
 
 def _check(cfg: Config, now: float) -> dict:
+    """The proof (own_server), its answer kept as the credential's state: ok, refused or unreachable."""
+    stranger = not_this_server(cfg)
+    if stranger:
+        return {"state": "refused", "checked_at": now, "message": stranger}
     try:
-        with_retries(lambda: authenticate(cfg), tries=2)
-        return {"state": "ok", "checked_at": now, "message": None}
+        proof = with_retries(lambda: own_server(cfg), tries=2)
+        return {"state": "ok", "checked_at": now, "message": None, "proof": proof}
     except CredentialRefused as e:
         return {"state": "refused", "checked_at": now, "message": str(e)}
     except Unreachable as e:
@@ -528,7 +595,7 @@ def write_config(path: Path, text: str) -> bool:
 
 
 def check_and_record(cfg: Config) -> dict:
-    """Keystone asked whether it takes the credential, and the answer kept in the status file."""
+    """The credential proven (or not) from the VM, and the answer kept in the status file."""
     path = Path(cfg.status_file)
     result = _check(cfg, time.time())
     with status_lock(path):
@@ -552,7 +619,8 @@ def arm(path: Path, text: str, look_unit: str | None) -> int:
         print(f"{CRIT}idle-killer config {path} not written, this VM cannot delete itself: {e}", file=sys.stderr)
         return 2
     result = check_and_record(cfg)
-    said = {"changed": changed, "credential_ok": result["state"] == "ok", "credential": _said(result)}
+    said = {"changed": changed, "credential_ok": result["state"] == "ok", "credential_state": result["state"],
+            "credential": _said(result)}  # fmt: skip
     # An up (or seed-llm) arms before it seeds and holds the project's lock: a seeding lock here was left
     # by a killed run on this VM (it lives in /run, which a new boot empties) and would keep the VM
     # billing until its valid-until. Cleared here, in a round trip every up makes anyway; the seed role

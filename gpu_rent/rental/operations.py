@@ -50,9 +50,11 @@ class Rental:
         # called with the resources once the VM's idle-killer has taken its first look (up shows its status)
         self.killer_looked: Callable[[dict], None] | None = None
         self.killer_armed = False  # the last playbook armed the idle-killer (it took its first look)
+        self.unguarded: str | None = None  # why the last playbook's VM cannot be deleted by its killer
 
     def _run(self, state: State, playbook: str, title: str, extravars: dict | None = None) -> PlaybookResult:
         def record(data: dict) -> None:
+            self.unguarded = set_stats.unguarded(data) or self.unguarded
             if set_stats.apply(data, state, runtime_dir=self.settings.runtime_dir, playbook=playbook, say=self.say):
                 self.killer_armed = True
                 if self.killer_looked:  # its status file is there to read
@@ -64,6 +66,7 @@ class Rental:
 
         self._end_orphans()
         self.killer_armed = False
+        self.unguarded = None
         state.begin_operation(playbook, title)
         self.store.save(state)
         with self.progress(title) as show:
@@ -141,6 +144,8 @@ class Rental:
                 result = self._run(state, "up", "renting and bootstrapping", handed)
             except OperationFailed as e:
                 name = resource_names(self.settings.name)["server"]
+                if self.unguarded:
+                    self._unguarded_end(state, conn, name, made=creates_server and not e.canceled)
                 warning = unguarded(state, name, created=creates_server, armed=self.killer_armed, before=before)
                 if warning:
                     raise OperationFailed(f"{e}; {warning}", canceled=e.canceled) from None
@@ -148,6 +153,33 @@ class Rental:
             finally:
                 handover.unlink(missing_ok=True)
             return state, result
+
+    def _unguarded_end(self, state: State, conn, name: str, *, made: bool) -> None:
+        """The VM's killer proved it cannot delete the VM (docs/idle-killer.md, "When the proof is refused").
+        A server this up made is deleted now, the volumes kept: the cause is the cloud's configuration,
+        which no later tick mends, and a closed lid would leave it billing until someone looks. A server
+        that was there before (the user's, perhaps working) is kept, and the failure says so in red."""
+        cause = self.unguarded
+        server = state.resources.get("server")
+        if not made or not server:
+            raise OperationFailed(
+                f"the idle-killer cannot delete server {name}: {cause}; it bills until `gpu-rent stop`"
+            )
+        try:
+            self._run(state, "stop", "deleting the server no idle-killer can delete")
+        except OperationFailed as e:
+            raise OperationFailed(
+                f"the idle-killer cannot delete server {name} ({cause}), and deleting it failed too: {e}; "
+                "it bills until `gpu-rent stop`"
+            ) from None
+        why = f"its idle-killer could not prove it can delete it: {cause}"
+        vm_end.write(self.settings.runtime_dir, vm_end.END_FILE, vm_end.stopped(server, time.time(), "up", why))
+        state.move_to(Phase.IDLE, "up: no idle-killer can delete the server")
+        self.store.save(state)
+        raise OperationFailed(
+            f"the idle-killer cannot delete server {name}: {cause}. So up deleted it (the volumes stay, nothing "
+            "bills but the disks); fix that and run `gpu-rent up` again"
+        )
 
     def stop(self) -> State:
         with self.store.lock("stop"):

@@ -12,6 +12,7 @@ from datetime import datetime
 from rich.console import Console
 from rich.markup import escape
 
+from gpu_rent.cloud import killer_proof
 from gpu_rent.cloud import plain_http as cloud_http
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
@@ -324,6 +325,11 @@ def doctor_checks(settings: Settings) -> list[Check]:
     else:
         ok = len(externals) == 1
         checks.append(Check("external network", ok, ", ".join(externals) or "none; set EXTERNAL_NETWORK"))
+    # the idle-killer's DELETE rests on Nova matching an access rule at the path its calls use: proven here
+    region = settings.cloud.ansible_params()
+    ok, detail = killer_proof.probe(conn, region["auth"].get("auth_url", ""), region.get("interface"),
+                                    region.get("region_name"))  # fmt: skip
+    checks.append(Check("idle-killer credential", ok, detail))
     limits = conn.compute.get_limits().absolute
     room = (limits.instances or 0) - (limits.instances_used or 0)
     checks.append(Check("quota: servers", room >= 1, f"{room} more allowed"))

@@ -25,8 +25,11 @@ LAST_WORDS = "gpu_rent_last_words"  # why the killer of the VM before this one d
 NOTE = "gpu_rent_note"  # a role's word to the user, e.g. what happens at the next up
 KILLER_LOOKED = "gpu_rent_killer_looked"  # true: the idle-killer is armed and has taken its first look
 PHASE = "gpu_rent_phase"  # where the playbook got: SSH answers, SwarmUI ready
+UNGUARDED = "gpu_rent_unguarded"  # why the VM's idle-killer cannot delete it (its proof refused): up acts on it
 
-KEYS = frozenset({RESOURCES, DESTROYED, FLAVOR, POOL, GPU, DELETED_SERVERS, LAST_WORDS, NOTE, KILLER_LOOKED, PHASE})
+KEYS = frozenset(
+    {RESOURCES, DESTROYED, FLAVOR, POOL, GPU, DELETED_SERVERS, LAST_WORDS, NOTE, KILLER_LOOKED, PHASE, UNGUARDED}
+)
 _PHASE_REASONS = {"bootstrapping": "SSH answers", "ready_cloud": "SwarmUI answers with a running backend"}
 
 
@@ -63,3 +66,10 @@ def apply(data: dict, state: State, *, runtime_dir: Path, playbook: str, say: Ca
         except StateError as e:
             say(f"state: {e}; kept {state.phase}")
     return bool(data.get(KILLER_LOOKED))
+
+
+def unguarded(data: dict) -> str | None:
+    """Why nothing on the VM can delete it, when a report says so: the caller decides what to do with a
+    server no killer guards (Rental.up deletes one it made), so it is not said here."""
+    said = data.get(UNGUARDED)
+    return str(said) if said else None

@@ -76,9 +76,9 @@ def from_last_words(words: dict) -> dict:
     }
 
 
-def stopped(server_id: str, now: float, command: str = "stop") -> dict:
-    """The end gpu-rent itself gave the server (stop, or destroy)."""
-    return {"server_id": server_id, "at": now, "by": f"gpu-rent {command}", "reason": None, "source": "gpu-rent"}
+def stopped(server_id: str, now: float, command: str = "stop", reason: str | None = None) -> dict:
+    """The end gpu-rent itself gave the server (stop, destroy, or an up that could not guard it)."""
+    return {"server_id": server_id, "at": now, "by": f"gpu-rent {command}", "reason": reason, "source": "gpu-rent"}
 
 
 def line(end: dict) -> str:
@@ -89,7 +89,7 @@ def line(end: dict) -> str:
     if end.get("by") == KILLER:
         return f"deleted by the idle-killer{when}{reason}"
     if str(end.get("by")).startswith("gpu-rent "):
-        return f"deleted by {end['by']}{when}"
+        return f"deleted by {end['by']}{when}{reason}"
     return (
         f"deleted{when}, not by gpu-rent stop: by hand, by the cloud, or by the idle-killer with no report"
         " of it on this machine (the next `gpu-rent up` shows its last words if it fired)"

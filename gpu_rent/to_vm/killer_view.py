@@ -152,10 +152,14 @@ def _describe(status: dict | None, now: float, server_id: str | None) -> str:
     if status.get("action") == "delete":
         return f"deleting this server: {reason} ({status.get('acted') or 'asked'})"
     fires_at = status.get("fires_at")
+    # armed means proven: the killer's credential read this server through Nova (idle_killer.own_server)
+    armed = "armed" if credential.get("state") == "ok" else "UNPROVEN (its credential has not been proven yet)"
+    if credential.get("state") == "unreachable":
+        armed = f"UNPROVEN (the cloud did not answer its proof: {credential.get('message')}; it tries again)"
     line = (
-        f"armed, fires in {_minutes(float(fires_at) - now)} at {_clock(float(fires_at))} ({reason})"
+        f"{armed}, fires in {_minutes(float(fires_at) - now)} at {_clock(float(fires_at))} ({reason})"
         if fires_at
-        else f"armed, kept alive by: {reason}"
+        else f"{armed}, kept alive by: {reason}"
     )
     paid_until = status.get("paid_until")  # BILLING_HOUR: why it fires later than idle alone would
     if fires_at and paid_until:
@@ -163,8 +167,6 @@ def _describe(status: dict | None, now: float, server_id: str | None) -> str:
     backends = status.get("backends")  # "2 of 2 ComfyUI backends running", when SwarmUI listed them
     if backends and str(backends) not in reason:
         line += f"; {backends}"
-    if credential.get("state") == "unreachable":
-        line += f"; Keystone unreachable at the last check ({credential.get('message')})"
     return line + _expiry_warning(status.get("credential_expires_at"), now)
 
 

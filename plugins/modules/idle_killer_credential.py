@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module: the idle-killer's application credential, able to delete one server and its floating IP."""
+"""Ansible module: the idle-killer's credential: GET and DELETE of one server, DELETE of its floating IP."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ DOCUMENTATION = r"""
 module: idle_killer_credential
 short_description: Keep the idle-killer's least-privilege application credential
 description:
-  - Makes an application credential of the logged-in user whose access rules allow DELETE of the
-    given server and, when floating_ip_id is given, DELETE of that floating IP - nothing else - with
-    an expiry.
+  - Makes an application credential of the logged-in user whose access rules allow GET and DELETE
+    of the given server (the GET is the idle-killer's proof that Nova matches the rule) and, when
+    floating_ip_id is given, DELETE of that floating IP - nothing else - with an expiry.
   - Idempotent where the openstack.cloud application_credential module is not (it re-creates on
     every run) - the credential the VM holds (known_id) is kept while it still exists, still names
     this server and has more than renew_days left; otherwise the credential of that name is
@@ -92,7 +92,11 @@ class IdleKillerCredentialModule(OpenStackModule):
                 identity.delete_application_credential(user, found.id)
             self.exit_json(changed=bool(found))
 
-        rules = [{"service": "compute", "method": "DELETE", "path": p["rule_path"] or self._rule_path()}]
+        server = p["rule_path"] or self._rule_path()
+        # the GET is the killer's proof that Nova matches the rule (Keystone logs an access-ruled credential
+        # in whatever its rules say): it reads this server only, at the very path the DELETE uses
+        rules = [{"service": "compute", "method": "GET", "path": server},
+                 {"service": "compute", "method": "DELETE", "path": server}]  # fmt: skip
         if p["floating_ip_id"]:
             rules.append({"service": "network", "method": "DELETE", "path": self._floating_ip_path()})
         now = datetime.now(UTC)

@@ -29,6 +29,7 @@ import yaml
 from openstack import exceptions as os_exc
 
 from gpu_rent.on_vm import paths
+from gpu_rent.to_vm.killer_view import describe
 from tests.ground import flat_layout
 from tests.ground.test_bootstrap import converged, recap, run_bootstrap, run_playbook
 from tests.groundkit import (
@@ -167,14 +168,16 @@ def test_bootstrap_arms_the_killer_first_with_a_credential_for_this_server_only(
     cred = member_conn.identity.get_application_credential(member_conn.current_user_id, config["credential_id"])
     project = member_conn.current_project_id[:8]
     assert cred.name == f"{extra['idle_killer_credential_name']}-{project}-RegionOne" and cred.unrestricted is False
-    assert [(r["service"], r["method"], r["path"]) for r in cred.access_rules] == [
+    assert sorted((r["service"], r["method"], r["path"]) for r in cred.access_rules) == [
         ("compute", "DELETE", f"/v2.1/servers/{server.id}"),
+        ("compute", "GET", f"/v2.1/servers/{server.id}"),  # the killer's proof, through Nova itself
         ("network", "DELETE", f"/v2.0/floatingips/{vm.floating_ip_id}"),
     ]
     assert config["floating_ip_id"] == vm.floating_ip_id
     assert cred.expires_at is not None
     status = next_reason(address)
     assert status["credential"]["state"] == "ok" and config["credential_secret"] not in json.dumps(status)
+    assert status["credential"]["proof"] == f"GET /v2.1/servers/{server.id} answered by Nova", status
     assert status["reason"].startswith("queue empty") and status["fires_at"]
 
 
@@ -442,7 +445,7 @@ def test_a_comfyui_restarted_three_times_still_has_its_queue_seen(vm):
     assert seen["reason"].startswith("2 in the ComfyUI queue") and seen["comfyui"] == [{"port": port, "queue": 2}], seen
 
 
-def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, member_conn, admin_conn, net):
+def test_the_credential_is_refused_for_all_but_reading_and_deleting_its_own_server(vm, member_conn, admin_conn, net):
     cloud, server, address = vm.cloud, vm.server, vm.address
     config = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
     killer = openstack.connect(
@@ -458,6 +461,7 @@ def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, 
                                                 networks="none")  # fmt: skip
     cloud.later(lambda: admin_conn.compute.delete_server(stranger, ignore_missing=True))
     killer.authorize()  # the credential itself is good: what follows is refused for what it asks, not for who
+    assert killer.compute.get_server(server.id).id == server.id  # its proof: a GET of its own server, no other
     other_ip = member_conn.network.create_ip(floating_network_id=member_conn.network.find_network("external").id)
     cloud.later(lambda: member_conn.network.delete_ip(other_ip, ignore_missing=True))
     refused = {
@@ -470,6 +474,7 @@ def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, 
         "delete its data volume": lambda: killer.block_storage.delete_volume(server.attached_volumes[0]["id"]),
         "list servers": lambda: list(killer.compute.servers()),
         "delete another server of the project": lambda: killer.compute.delete_server(neighbour.id),
+        "read another server of the project": lambda: killer.compute.get_server(neighbour.id),
         "delete another project's server": lambda: killer.compute.delete_server(stranger.id),
     }
     for what, call in refused.items():
@@ -480,6 +485,31 @@ def test_the_credential_is_refused_for_anything_but_deleting_its_own_server(vm, 
     assert member_conn.network.get_ip(other_ip.id).id == other_ip.id
     assert member_conn.network.get_ip(vm.floating_ip_id).port_id  # still where it was
     assert admin_conn.compute.get_server(stranger.id).id == stranger.id
+
+
+def test_a_credential_whose_rule_nova_does_not_match_is_refused_at_the_arm_and_named(vm, member_conn):
+    """Keystone logs in an access-ruled credential whatever its rules say; only Nova matches the rule, against
+    the path it sees. A rule for a gateway's path (/compute/v2.1/..., as Selectel's catalogue shows) that
+    this Nova never sees: the arm's proof is refused by Nova itself, the play stops in words naming the
+    likely cause, and the status the CLI reads says CREDENTIAL REFUSED, never armed."""
+    address, server = vm.address, vm.server
+    result = run_playbook("idle_killer.yml", (address, vm.data_volume_id), vm.workdir,
+                          **(vm.extra | {"idle_killer_rule_path": f"/compute/v2.1/servers/{server.id}"}))  # fmt: skip
+    assert result.returncode != 0, converged(result)
+    said = f"Nova refused GET /v2.1/servers/{server.id} (HTTP 401): its access rule does not match the path Nova sees"
+    assert "the idle-killer cannot delete this VM: credential refused: " + said in result.stdout, result.stdout[-3000:]
+    # up's cue to delete a server it made (tests/unit/test_unguarded.py), sent before the fail
+    assert re.search(r"TASK \[idle_killer : Tell up that nothing on the VM can delete it, and why\.\] \**\nok: \[vm\]",
+                     result.stdout), result.stdout[-3000:]  # fmt: skip
+    status = killer_status(address)
+    assert status["credential"]["state"] == "refused" and said in status["credential"]["message"], status
+    view = describe(status, time.time(), server.id)
+    assert view.startswith("CREDENTIAL REFUSED, the VM cannot delete itself: Nova refused GET"), view
+    config = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
+    cred = member_conn.identity.get_application_credential(member_conn.current_user_id, config["credential_id"])
+    assert {r["path"] for r in cred.access_rules} >= {f"/compute/v2.1/servers/{server.id}"}  # what was asked
+    rearm(vm)  # the right rule again: proven, for the test after this one
+    assert killer_status(address)["credential"]["state"] == "ok"
 
 
 def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_and_the_vm_deletes_itself(vm):

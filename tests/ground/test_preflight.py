@@ -40,8 +40,13 @@ def test_every_check_passes_on_the_ground_and_nothing_is_made(tmp_path, member_c
     assert {
         "ssh key", "auth", "catalog: compute", "catalog: network", "catalog: image", "catalog: block storage",
         "pool ru-7a", "flavor gpu.a100.1", "flavor gpu.l4.1", "flavor gpu.a10.1", "image", "external network",
-        "quota: servers",
+        "quota: servers", "idle-killer credential",
     } <= set(found)  # fmt: skip
+    # a throw-away credential allowed one GET of a server no one has: Nova matched its rule and answered 404
+    assert re.fullmatch(r"Nova enforces the killer's access rule at /v2\.1/servers/[0-9a-f-]{36}",
+                        found["idle-killer credential"][1]), found["idle-killer credential"]  # fmt: skip
+    user = member_conn.current_user_id
+    assert [c.name for c in member_conn.identity.application_credentials(user) if "doctor" in c.name] == []
     assert not any(Ours(member_conn, "doctor-ok").everything().values())
     assert sorted(project.rglob("*")) == files
 

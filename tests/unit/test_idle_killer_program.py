@@ -25,8 +25,14 @@ from pathlib import Path
 import pytest
 
 from gpu_rent.on_vm import idle_killer
-from gpu_rent.on_vm.idle_killer import Config, Unreachable, endpoint
-from gpu_rent.on_vm.idle_look import comfy_port, fresh_downloads, live_comfy_ports, read_time, unit_pids
+from gpu_rent.on_vm.idle_killer import Config, CredentialRefused, endpoint
+from gpu_rent.on_vm.idle_look import (
+    comfy_port,
+    fresh_downloads,
+    live_comfy_ports,
+    read_time,
+    unit_pids,
+)
 from tests.unit.test_swarmui_standin import BACKENDS, comfy_processes, free_port, start, stop, wait_for
 from tests.upstream_api import UpstreamAPI
 
@@ -233,9 +239,10 @@ CATALOG = [
 def test_the_compute_endpoint_is_the_interface_and_region_of_the_config():
     assert endpoint(CATALOG, "compute", "public", "ru-7") == "https://ru-7/compute/v2.1"
     assert endpoint(CATALOG, "compute", "internal", None) == "http://internal/compute/v2.1"
-    with pytest.raises(Unreachable, match="no public compute endpoint in ru-9"):
+    # neither heals by itself: a refusal (named in red by up and status), not a hiccup tried again each tick
+    with pytest.raises(CredentialRefused, match="no public compute endpoint in region ru-9"):
         endpoint(CATALOG, "compute", "public", "ru-9")
-    with pytest.raises(Unreachable, match=r"compute in several regions \(ru-3, ru-7\): no region set"):
+    with pytest.raises(CredentialRefused, match=r"compute is in several regions \(ru-3, ru-7\) and no region is set"):
         endpoint(CATALOG, "compute", "public", None)  # a DELETE in the wrong region would answer 404
 
 

@@ -113,3 +113,15 @@ def test_a_temp_folder_too_long_for_a_socket_falls_back_to_tmp(monkeypatch, tmpd
     monkeypatch.setattr(killer_view.tempfile, "gettempdir", lambda: tmpdir)
     options = killer_view._shared_connection("gpu-rent-01234567")
     assert f"ControlPath=/tmp/gpu-rent-ssh-{os.getuid()}/01234567-%C" in options
+
+
+@pytest.mark.parametrize(
+    ("credential", "head"),
+    [({"state": "ok"}, "armed, "), ({"state": "unchecked"}, "UNPROVEN (its credential has not been proven yet), "),
+     ({}, "UNPROVEN (its credential has not been proven yet), "),
+     ({"state": "unreachable", "message": "Nova: HTTP 503"},
+      "UNPROVEN (the cloud did not answer its proof: Nova: HTTP 503; it tries again), ")],
+    ids=["proven", "unchecked", "none", "unreachable"],
+)  # fmt: skip
+def test_armed_is_said_only_of_a_proven_credential(credential, head):
+    assert describe(status(fires_at=None, reason="2 waiting gens", credential=credential), NOW).startswith(head)

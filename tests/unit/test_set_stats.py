@@ -65,6 +65,7 @@ EXAMPLES = {
     set_stats.NOTE: "the next up makes a new boot volume",
     set_stats.KILLER_LOOKED: True,
     set_stats.PHASE: "provisioning",
+    set_stats.UNGUARDED: "credential refused: Nova refused GET /v2.1/servers/s-1 (HTTP 401)",
 }
 
 
@@ -73,7 +74,7 @@ def _outcome(data: dict, runtime: Path) -> tuple:
     said: list[str] = []
     looked = set_stats.apply(data, state, runtime_dir=runtime, playbook="up", say=said.append)
     end = runtime / vm_end.END_FILE
-    return repr(state), said, looked, end.read_text() if end.exists() else None
+    return repr(state), said, looked, end.read_text() if end.exists() else None, set_stats.unguarded(data)
 
 
 def test_the_examples_cover_every_key():

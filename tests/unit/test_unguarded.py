@@ -65,3 +65,44 @@ def test_an_up_that_fails_after_the_create_says_so_in_its_one_line(dead_cloud_pr
     assert str(failed.value).startswith("up: the VM does not answer over SSH")
     assert ("no idle-killer is armed on it yet" in str(failed.value)) == (not armed)
     assert "\n" not in str(failed.value)
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["made-by-this-up", "there-before"])
+def test_a_server_whose_killer_proof_is_refused_is_deleted_when_up_made_it_and_named_in_red_otherwise(
+    dead_cloud_project, monkeypatch, made
+):
+    """The killer's arm proved (a GET of its server through Nova) that it cannot delete the server: the cause
+    is the cloud's configuration, which no later tick mends. A server this up made is deleted, its volumes
+    kept; one that was there before (perhaps working) is kept, and up fails saying it bills unguarded."""
+    monkeypatch.setattr(rental_module, "connect", lambda settings: "conn")
+    monkeypatch.setattr(rental_module.cloud, "observe", lambda conn, name: cloud.CloudView())
+    action = "create" if made else "reuse"
+    monkeypatch.setattr(rental_module, "plan", lambda *a: [rental_module.PlanItem("server", "s", action)])
+    monkeypatch.setattr(up_head_start, "ask", lambda conn, questions: {})
+    early = {"created": made, "server": {"id": "s1"}, "floating_ip": {"id": "f1", "floating_ip_address": "10.1.2.3"}}
+    monkeypatch.setattr(up_head_start, "start", lambda conn, q, found, handover: {"early": early})
+    settings = config.load(dead_cloud_project, with_cloud=False)
+    rental = Rental(settings, say=lambda _: None, progress=lambda _: None)
+    ran: list[str] = []
+    cause = "credential refused: Nova refused GET /v2.1/servers/s1 (HTTP 401): its access rule does not match"
+
+    def run(state, playbook, title, extra=None):
+        ran.append(playbook)
+        if playbook == "up":
+            state.resources["server"] = "s1"
+            rental.unguarded = cause  # as the idle_killer role's set_stats tells it, just before its fail
+            raise OperationFailed("up: the idle-killer cannot delete this VM")
+        state.resources.pop("server", None)  # the stop playbook deleted it, the volumes stay
+
+    monkeypatch.setattr(rental, "_run", run)
+    with pytest.raises(OperationFailed) as failed:
+        rental.up(lambda items: True)
+    said = str(failed.value)
+    assert "\n" not in said and cause in said
+    if made:
+        assert ran == ["up", "stop"] and "So up deleted it (the volumes stay, nothing bills but the disks)" in said
+        end = rental_module.vm_end.read(settings.runtime_dir, rental_module.vm_end.END_FILE)
+        assert end["by"] == "gpu-rent up" and end["server_id"] == "s1" and cause in end["reason"]
+        assert rental.store.load().phase == "idle"
+    else:
+        assert ran == ["up"] and "it bills until `gpu-rent stop`" in said
