@@ -464,7 +464,7 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--token-file", help="file holding a bearer token (sent only to --url, never on redirects)")
     f.add_argument("--progress-file", help="latest progress line, rewritten as it changes")
     f.add_argument("--lock-file", help="seeding lock kept fresh while downloading, if it exists")
-    f.add_argument("--lock-minutes", type=int, default=120)
+    f.add_argument("--lock-minutes", type=int, default=10)
     f.add_argument("--retries", type=int, default=3, help="resumes within this run after a dropped connection")
     f.set_defaults(func=cmd_fetch)
 

@@ -66,10 +66,12 @@ from .idle_look import (
     comfy_queues,
     data_volume_problem,
     fresh_downloads,
+    in_a_child,
     last_terminal_input,
     live_comfy_ports,
     llm_look,
     read_gpus,
+    read_hold,
     read_time,
     run_keep_alive,
     swarm_look,
@@ -119,6 +121,7 @@ class Config:
     # VM is; absent (no cloud-init): the config's server_id is trusted
     instance_data_file: str = "/run/cloud-init/instance-data.json"
     tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
+    disk_seconds: float = 5  # how long a tick waits for the data volume's reads before it counts as trouble
     armed_at: float = 0  # when this config was written (the role arms; the grace runs from then too)
     gpu_percent: float | None = 10.0  # IDLE_GPU_PERCENT: a GPU busier than this is work; None: not read
     nvidia_smi: str = "nvidia-smi"  # found on PATH, as the NVIDIA driver installs it
@@ -143,7 +146,7 @@ class Config:
             if key in known:
                 known[key] = tuple(known[key])
         for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds", "tick_seconds",
-                    "keep_alive_timeout"):  # fmt: skip
+                    "keep_alive_timeout", "disk_seconds"):  # fmt: skip
             if key in known:
                 known[key] = float(known[key])
         if "gpu_percent" in known:  # off (YAML reads it as false), empty or null: GPUs not looked at
@@ -256,6 +259,12 @@ def own_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
     """The proof: a GET of this server through the very endpoint, region and path its DELETE uses. Keystone
     gives an access-ruled credential a token whatever its rules say; Nova's keystonemiddleware matches the
     rule against the path Nova itself sees, so only a call to Nova shows the DELETE would be taken."""
+    path, _ = show_own_server(cfg, login)
+    return f"GET {path} answered by Nova"
+
+
+def show_own_server(cfg: Config, login: tuple[str, list] | None = None) -> tuple[str, dict]:
+    """The path asked and Nova's answer to a GET of this server (own_server), each refusal in words."""
     token, catalog = login or authenticate(cfg)
     url = f"{endpoint(catalog, 'compute', cfg.interface, cfg.region_name)}/servers/{cfg.server_id}"
     path = urllib.parse.urlsplit(url).path
@@ -279,7 +288,7 @@ def own_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
         raise Unreachable(f"Nova at {url}: {why(e)}") from None
     if shown.get("id") != cfg.server_id:
         raise CredentialRefused(f"Nova answered GET {path} with server {shown.get('id')!r}, not {cfg.server_id}")
-    return f"GET {path} answered by Nova"
+    return path, shown
 
 
 def own_instance_id(cfg: Config) -> str | None:
@@ -414,7 +423,27 @@ def status_lock(path: Path):
         yield
 
 
-def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLook, list[dict]]:
+def look_at_disk(cfg: Config, now: float) -> dict:
+    """What the data volume says (downloads under Models, the hold, its mount and marker), read in a child
+    that may take disk_seconds: a network disk that hangs must never hold the tick (idle_look.in_a_child).
+    Silent or failing, it is trouble (capped), with no download and no hold seen."""
+
+    def look() -> dict:
+        return {
+            "downloads": list(fresh_downloads(cfg.models_dirs, now)),
+            "hold_until": read_hold(cfg.hold_file, cfg.server_id),
+            "data_volume": data_volume_problem(cfg.data_mount, cfg.data_marker),
+        }
+
+    try:
+        said = in_a_child(look, cfg.disk_seconds)
+        problem = None if said is not None else f"did not answer within {cfg.disk_seconds:g} s (a stuck network disk?)"
+    except OSError as e:
+        said, problem = None, f"could not be read: {e}"
+    return said or {"downloads": [], "hold_until": None, "data_volume": f"at {cfg.data_mount} {problem}"}
+
+
+def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observation, SwarmLook, list[dict]]:
     """One look at everything that may keep the VM; also what SwarmUI and its ComfyUIs said."""
     swarm = swarm_look(cfg.swarmui_url, status.get("session_id"), cfg.comfy_start_script)
     ports = cfg.comfy_ports or live_comfy_ports(cfg.cgroup_root, cfg.swarmui_unit, cfg.proc_root)
@@ -428,10 +457,10 @@ def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLo
         backends_error=swarm.backends_error,
         comfy_queue=sum(c["queue"] or 0 for c in comfy),
         comfy_silent=tuple(c["port"] for c in comfy if c["queue"] is None),
-        downloads=fresh_downloads(cfg.models_dirs, now),
+        downloads=tuple(disk["downloads"]),
         seeding_until=read_time(cfg.seeding_lock),
-        hold_until=read_time(cfg.hold_file),
-        data_volume=data_volume_problem(cfg.data_mount, cfg.data_marker),
+        hold_until=disk["hold_until"],
+        data_volume=disk["data_volume"],
     )
     if cfg.gpu_percent is not None:
         gpu = read_gpus(cfg.nvidia_smi)
@@ -447,15 +476,16 @@ def observe(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLo
 
 
 def tick(cfg: Config, now: float | None = None, say=print) -> dict:
+    now = time.time() if now is None else now
+    disk = look_at_disk(cfg, now)  # before the lock: a child left behind on a stuck disk must not hold it
     with status_lock(Path(cfg.status_file)):
-        return _tick(cfg, now, say)
+        return _tick(cfg, now, say, disk)
 
 
-def _tick(cfg: Config, now: float | None, say) -> dict:
+def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
     path = Path(cfg.status_file)
     before = load_status(path)
-    now = time.time() if now is None else now
-    seen, swarm, comfy = observe(cfg, before, now)
+    seen, swarm, comfy = observe(cfg, before, now, disk)
     memory = Memory(**before["memory"])
     decision = decide(seen, cfg.limits(), memory)
     credential = dict(before["credential"] or {})
@@ -465,6 +495,7 @@ def _tick(cfg: Config, now: float | None, say) -> dict:
         "booted_at": before.get("booted_at") or now,
         "armed_at": cfg.armed_at,
         "tick_at": now,
+        "tick_seconds": cfg.tick_seconds,  # how long the laptop's watchdog waits for the next before it acts
         "session_id": swarm.session_id,
         "action": decision.action,
         "reason": decision.reason,
@@ -485,7 +516,7 @@ def _tick(cfg: Config, now: float | None, say) -> dict:
         "credential_expires_at": cfg.credential_expires_at,
     }
     if decision.action == DELETE:
-        status.update(_delete(cfg, credential, now, say, decision.reason))
+        status.update(delete_self(cfg, credential, now, say, decision.reason))
         loud = CRIT if credential.get("state") == "refused" else WARNING
         say(f"{loud}{decision.action}: {decision.reason}; {status['acted']}")
     else:
@@ -504,7 +535,7 @@ def _line(decision: Decision, credential: dict) -> str:
     return INFO + line
 
 
-def _delete(cfg: Config, credential: dict, now: float, say, reason: str = "") -> dict:
+def delete_self(cfg: Config, credential: dict, now: float, say, reason: str = "") -> dict:
     """The server first (the GPU is what bills most), then its floating IP, in one login, before the
     VM goes: the next tick may never come."""
     stranger = not_this_server(cfg)

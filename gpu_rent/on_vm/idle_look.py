@@ -19,9 +19,11 @@ import json
 import os
 import pwd
 import re
+import select
 import signal
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -333,6 +335,57 @@ def prometheus_values(text: str) -> dict[str, float]:
     return values
 
 
+def in_a_child(look, seconds: float):
+    """look() run in a forked child, its JSON answer read back within `seconds`; None when it took longer,
+    OSError when it failed.
+
+    For the reads of the data volume, a network disk: one that hangs blocks the reading task in the
+    kernel (D state), where no signal and no Python timeout reaches it, and a tick stuck there would
+    never decide again. A child stuck so is left behind (killed, and reaped when it can be): the tick goes
+    on and counts the silence as trouble, which is capped. The child keeps no descriptor but its pipe, so
+    a child left behind holds no lock of the parent's."""
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, and leave at once without the parent's atexit work
+        code = 1
+        try:
+            os.closerange(3, readable)
+            os.closerange(readable + 1, writable)
+            os.closerange(writable + 1, 1 << 16)
+            try:
+                answer = {"answer": look()}
+            except Exception as e:  # said in the parent, as a look that failed
+                answer = {"error": f"{type(e).__name__}: {e}"}
+            data = json.dumps(answer).encode()
+            while data:
+                data = data[os.write(writable, data) :]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writable)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([readable], [], [], left)[0]:
+                continue
+            chunk = os.read(readable, 1 << 16)
+            if not chunk:
+                os.waitpid(pid, 0)
+                said = json.loads(b"".join(chunks) or b'{"error": "the child said nothing"}')
+                if "error" in said:
+                    raise OSError(said["error"])
+                return said["answer"]
+            chunks.append(chunk)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)  # a child in D state dies when its read returns; init reaps it then
+        return None
+    finally:
+        os.close(readable)
+
+
 def data_volume_problem(mount: str, marker: str) -> str | None:
     """What is wrong with the data volume, in words; None when it is mounted with its marker (a VM
     the cloud booted without gpu-rent may run SwarmUI on the boot disk's empty folders)."""
@@ -503,8 +556,22 @@ def _signal_name(number: int) -> str:
 
 
 def read_time(path: str) -> float | None:
-    """A unix time written alone in a file (the hold, the seeding lock); None when absent or unreadable."""
+    """A unix time written first in a file (the hold, the seeding lock); None when absent or unreadable."""
     try:
         return float(Path(path).read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def read_hold(path: str, server_id: str) -> float | None:
+    """The hold's time, when it was made for this server (`<unix time> <server id>`, playbooks/hold.yml).
+
+    The hold lives on the data volume, which outlives the server: a hold made for the VM before (ended by
+    stop, the killer or the cloud) must not keep tomorrow's VM. A hold without a server id was written by
+    a gpu-rent before this rule and is honoured: it ends at its time like any other."""
+    try:
+        words = Path(path).read_text().split()
+        until = float(words[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return until if len(words) < 2 or words[1] == server_id else None

@@ -299,7 +299,7 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--insecure", action="store_true", help='ask the registry over plain HTTP ("insecure")')
     pl.add_argument("--progress-file", help="latest progress line, rewritten as it changes")
     pl.add_argument("--lock-file", help="seeding lock kept fresh while pulling, if it exists")
-    pl.add_argument("--lock-minutes", type=int, default=120)
+    pl.add_argument("--lock-minutes", type=int, default=10)
     pl.add_argument("--retries", type=int, default=3, help="pulls resumed within this run after the stream broke")
     pl.set_defaults(func=cmd_pull)
     return p

@@ -24,5 +24,6 @@ LAST_WORDS_FILE = f"{STATE_DIR}/idle-killer-last-words.json"
 CONFIG_FILE = "/root/.gpu-rent/idle-killer.json"
 # The data volume (roles/data_volume), where SwarmUI's Models and Output live.
 DATA_MOUNT = "/mnt/swarm_data"
-# `gpu-rent hold` writes a unix time here; on the data volume, so a hold outlives a reboot.
+# `gpu-rent hold` writes a unix time and the server's id here; on the data volume, so a hold outlives a
+# reboot, and the id ends it with its server (idle_look.read_hold).
 HOLD_FILE = f"{DATA_MOUNT}/.gpu-rent-hold-until"

@@ -75,7 +75,9 @@ class StatusReport:
             ],
             "snapshot": self.snapshot,
             "gpu": self.gpu,
-            "idle_killer": None if self.killer is None else {"view": self.killer, "status": self.killer_status},
+            "idle_killer": None
+            if self.killer is None
+            else {"view": self.killer, "status": self.killer_status, "unguarded": killer_view.unguarded(self.killer)},
             "resources": self.resources,
             "tunnel": self.tunnel,
             "stopped_bill": self.stopped_bill,
@@ -111,8 +113,11 @@ class StatusReport:
         if self.gpu and s is not None:
             out.print(f"[bold]gpu[/]       {escape(self.gpu)}")
         if self.killer is not None:
-            loud = "bold red" if self.killer.startswith(("CREDENTIAL", "SILENT", "NOT ARMED")) else "bold"
-            out.print(f"[bold]killer[/]    [{loud}]{escape(self.killer)}[/]")
+            blind = killer_view.unguarded(self.killer)
+            out.print(f"[bold]killer[/]    [{'bold red' if blind else 'bold'}]{escape(self.killer)}[/]")
+            if blind:
+                out.print("          [bold red]nothing on the VM is known to delete it[/]: it bills until "
+                          "[bold]gpu-rent stop[/] (the disks stay)")  # fmt: skip
         t = self.tunnel
         if t is not None:
             detail = f"pid {t.get('pid')}, {t.get('forwarded', 0)} connections"
@@ -220,6 +225,8 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         killer = killer_view.describe(killer_status, time.time(), server.id)
         if killer_status and killer_status.get("server_id") == server.id:  # what judges the end, if it comes
             vm_end.write(settings.runtime_dir, vm_end.SEEN_FILE, killer_status)
+    elif server is not None and server.status == "ACTIVE":  # a running server with no killer to ask: said too
+        killer = killer_view.describe(None, time.time(), server.id)
     return StatusReport(
         operation=state.operation,
         operation_running=running,

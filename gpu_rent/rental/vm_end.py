@@ -32,7 +32,7 @@ SLACK_SECONDS = 120
 # ... and this long after it (a tick, retries, Nova's own time): a delete later than that came after
 # work moved the deadline, or from someone else, and is not put on the killer on a stale report.
 LATE_SECONDS = 600
-# how a report says its DELETE did not go through (idle_killer._delete)
+# how a report says its DELETE did not go through (idle_killer.delete_self)
 FAILED = ("delete failed", "CREDENTIAL REFUSED")
 
 KILLER, ELSEWHERE = "idle-killer", "elsewhere"

@@ -120,6 +120,17 @@ def _minutes(seconds: float) -> str:
     return f"{max(seconds, 0) / 60:.0f} min"
 
 
+# How describe's line begins when nothing on the VM is known to be able to delete it: the report is missing or
+# from the VM before, the credential refused or not proven, the timer silent. status says these in red, with
+# the one command that ends the server.
+UNGUARDED = ("no report", "NOT ARMED", "CREDENTIAL REFUSED", "UNPROVEN", "SILENT", "the idle-killer's report")
+
+
+def unguarded(line: str) -> bool:
+    """Whether describe's line says that no killer is known to be able to delete the server."""
+    return line.startswith(UNGUARDED)
+
+
 def describe(status: dict | None, now: float, server_id: str | None = None) -> str:
     """One line: when the VM goes, or what keeps it, or why the killer cannot act. server_id: the server
     the VM is now; a report naming another is from a killer still armed for the VM before."""

@@ -75,3 +75,51 @@ RECOVERY_WINDOW_SECONDS = 3600
 def may_recover(recent: list[float], now: float) -> bool:
     """Whether another recovery is allowed given the times of the recent ones."""
     return len([t for t in recent if now - t < RECOVERY_WINDOW_SECONDS]) < MAX_RECOVERIES
+
+
+# The killer's ticks the laptop waits through after a verdict the killer could not carry out, before it acts.
+KILLER_PATIENCE_TICKS = 3
+KILLER_TICK_SECONDS = 60.0  # the killer's timer (idle_killer_tick_seconds), when its report does not say
+# how a report says its DELETE did not go through (idle_killer.delete_self; rental/vm_end.FAILED the same)
+_REFUSED, _FAILED = "CREDENTIAL REFUSED", "delete failed"
+
+
+class Blind(StrEnum):
+    NOTIFY = "notify"  # the killer cannot delete this VM, but it has not decided to: tell the user once
+    DELETE = "delete"  # the killer decided the VM goes and it has not gone: the laptop deletes it itself
+
+
+def blind_killer(report: dict, seen_at: float, now: float, failed_ticks: int) -> tuple[Blind, str] | None:
+    """What the laptop does about the killer's last report while Nova shows the server ACTIVE; None: nothing.
+
+    The killer's own verdict is the trigger, never the laptop's guess at idleness: the laptop deletes only a
+    VM its killer has decided to delete and that is still there (refused at once; a delete that failed for
+    KILLER_PATIENCE_TICKS ticks; or a killer silent that long past its delete verdict or its deadline: a
+    guest that stopped ticking). seen_at: the laptop's time when it first read this report's tick, so the
+    VM's clock is only ever compared with itself; failed_ticks: the reports in a row whose delete failed."""
+    tick = _number(report.get("tick_seconds")) or KILLER_TICK_SECONDS
+    patience = KILLER_PATIENCE_TICKS * tick
+    acted = str(report.get("acted") or "")
+    reason = str(report.get("reason") or "no reason given")
+    silent = now - seen_at > patience
+    if report.get("action") == "delete":
+        if acted.startswith(_REFUSED):
+            return Blind.DELETE, f"the idle-killer decided the VM goes ({reason}) but cannot delete it: {acted}"
+        if acted.startswith(_FAILED) and failed_ticks >= KILLER_PATIENCE_TICKS:
+            return Blind.DELETE, f"the idle-killer's delete failed {failed_ticks} ticks in a row ({acted})"
+        if silent:
+            return Blind.DELETE, f"the idle-killer decided the VM goes ({reason}) and has said nothing since"
+        return None
+    fires_at, tick_at = _number(report.get("fires_at")), _number(report.get("tick_at"))
+    if fires_at and tick_at and silent and now - (seen_at + fires_at - tick_at) > patience:
+        return Blind.DELETE, "the idle-killer is silent past its deadline (a guest that stopped ticking)"
+    credential = report.get("credential") if isinstance(report.get("credential"), dict) else {}
+    if credential.get("state") == "refused":
+        return Blind.NOTIFY, f"the idle-killer cannot delete this VM: {credential.get('message')}"
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)

@@ -46,7 +46,7 @@ from gpu_rent.to_vm.tunnel_record import (
 )
 from gpu_rent.util.notify import notify
 from gpu_rent.util.pids import pid_alive
-from gpu_rent.watch.decision import WATCH_SECONDS, Act, judge, may_recover, token_due
+from gpu_rent.watch.decision import WATCH_SECONDS, Act, Blind, blind_killer, judge, may_recover, token_due
 
 # what the cloud or keystoneauth raise after a login: a hiccup to look past, not the VM's fault
 CLOUD_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
@@ -114,6 +114,12 @@ class Session:
         self.target: ssh.Target | None = None
         self.server_id: str | None = None
         self._last_verdict = ""
+        # the killer's last report read this session, when it was first read (laptop time), and how many
+        # reports in a row said its delete failed: what _judge_killer acts on
+        self._report: dict | None = None
+        self._report_seen_at = 0.0
+        self._failed_ticks = 0
+        self._told = ""  # the last blind-killer notice given, so it is given once
         self._cloud = None
         self._alive = None  # the life lock's open file, held until the process ends
         self.cancel = threading.Event()  # set when the session ends: cancels a recovery's playbook
@@ -265,6 +271,7 @@ class Session:
             self._last_verdict = verdict.why
             if verdict.act is Act.OK:
                 await self._keep_killer_report()
+                await self._judge_killer()
             if verdict.act is Act.GONE:
                 why = await asyncio.to_thread(self._gone_why, verdict.why)
                 raise SessionEnded(f"{why}: the tunnel closes; gpu-rent up rents it again", 0, gone=True)
@@ -285,6 +292,38 @@ class Session:
             return
         if isinstance(report, dict) and report.get("server_id") == self.server_id:
             await asyncio.to_thread(vm_end.write, self.settings.runtime_dir, vm_end.SEEN_FILE, report)
+            if report.get("tick_at") != (self._report or {}).get("tick_at"):  # a tick since the last read
+                failed = report.get("action") == "delete" and str(report.get("acted")).startswith("delete failed")
+                self._failed_ticks = self._failed_ticks + 1 if failed else 0
+                self._report, self._report_seen_at = report, time.time()
+
+    async def _judge_killer(self) -> None:
+        """The killer's last report, judged (watch/decision.blind_killer): a killer that cannot carry out its
+        own verdict is told to the user, and its VM deleted with the user's credential, volumes kept."""
+        if self._report is None:
+            return
+        judged = blind_killer(self._report, self._report_seen_at, time.time(), self._failed_ticks)
+        if judged is None:
+            return
+        act, why = judged
+        if act is Blind.NOTIFY:
+            if why != self._told:
+                self._told = why
+                self.log(f"watchdog: {why}; while this tunnel runs, the watchdog deletes the VM at its deadline")
+                notify("gpu-rent: the idle-killer cannot delete the VM", why)
+            return
+        self.log(f"watchdog: {why}; deleting the server with your credential (the volumes stay)")
+        notify("gpu-rent: deleting the VM its idle-killer could not", why)
+        server = self.server_id
+        rental = Rental(self.settings, say=self.log, progress=_logged(self.log), cancel=self.cancel)
+        try:
+            await asyncio.to_thread(rental.stop)
+        except (StateLocked, CloudUnreachable, OperationFailed, ConfigError, StateError, OSError, *CLOUD_ERRORS) as e:
+            self.log(f"watchdog: could not delete the server: {e}; trying again at the next tick")
+            return
+        end = vm_end.stopped(server, time.time(), "watchdog", why)
+        await asyncio.to_thread(vm_end.write, self.settings.runtime_dir, vm_end.END_FILE, end)
+        self._report = None
 
     def _gone_why(self, why: str) -> str:
         """The server is gone: who deleted it, when and why, as status will tell it (kept for status)."""
@@ -298,6 +337,7 @@ class Session:
             raise SessionEnded(f"{why}; brought back {len(self.record['recoveries'])} times within the hour: "
                                "giving up (the pool has no room); `gpu-rent up` tries again", 1)  # fmt: skip
         self.record["recoveries"] = [*self.record["recoveries"], now]  # attempts count, not only successes
+        self._report, self._failed_ticks = None, 0  # the VM before the stop said it: its silence means nothing now
         self.tunnel.paused = True
         self.tunnel.drop()
         self._update(state="recovering", message=why)

@@ -34,6 +34,7 @@ from tests.ground import flat_layout
 from tests.ground.test_bootstrap import converged, recap, run_bootstrap, run_playbook
 from tests.groundkit import (
     CLOUDS_YAML,
+    GROUND,
     Cloud,
     drop_killer_credentials,
     ssh,
@@ -487,6 +488,22 @@ def test_the_credential_is_refused_for_all_but_reading_and_deleting_its_own_serv
     assert admin_conn.compute.get_server(stranger.id).id == stranger.id
 
 
+def test_a_reboot_inside_the_guest_keeps_the_server_and_its_killer(vm):
+    """The last breath runs at every shutdown and acts on a poweroff only: a reboot stays a reboot (the ground's
+    agent starts a host that stopped by itself again, as a VM's own reboot comes back)."""
+    address, server = vm.address, vm.server
+    assert ssh(address, "systemctl is-active gpu-rent-last-breath.service").stdout.split() == ["active"]
+    assert ssh(address, "touch /run/gpu-rent-this-boot").returncode == 0  # /run: gone after a boot
+    ssh(address, "systemctl --no-block reboot")
+    wait_until("the host back from its reboot",
+               lambda: ssh(address, "test ! -e /run/gpu-rent-this-boot").returncode == 0, 120, 1)  # fmt: skip
+    assert vm.cloud.conn.compute.get_server(server.id).status == "ACTIVE"
+    said = ssh(address, "journalctl -b -1 -u gpu-rent-last-breath.service -o cat --no-pager").stdout
+    assert "last breath: reboot, nothing to delete" in said or not said.strip(), said  # a volatile journal: none
+    assert next_reason(address, timeout=60)["credential"]["state"] == "ok"  # ticking again, proven
+    assert ssh(address, "systemctl is-active gpu-rent-last-breath.service").stdout.split() == ["active"]
+
+
 def test_a_credential_whose_rule_nova_does_not_match_is_refused_at_the_arm_and_named(vm, member_conn):
     """Keystone logs in an access-ruled credential whatever its rules say; only Nova matches the rule, against
     the path it sees. A rule for a gateway's path (/compute/v2.1/..., as Selectel's catalogue shows) that
@@ -554,3 +571,32 @@ def test_rearming_gives_grace_then_a_dead_swarmui_counts_as_busy_until_the_cap_a
     for volume_id in volumes:  # both volumes stay, and are free for the next up
         free = lambda v=volume_id: cloud.conn.block_storage.get_volume(v).status == "available"  # noqa: E731
         wait_until(f"volume {volume_id} available", free, 60)
+
+
+def test_a_poweroff_inside_the_guest_deletes_the_server_and_its_address_and_keeps_the_disks(vm, member_conn, net):
+    """`train.py && sudo poweroff`: a server shut off bills in full, so the last breath deletes it while the
+    network is still up, its floating IP after it, and leaves its words on the boot volume for the next up.
+    A new server from the volumes the test before freed (a warm boot, as up's after a stop), armed anew."""
+    cloud = vm.cloud
+    c = cloud.conn
+    boot_id = next(v["id"] for v in vm.server.attached_volumes if v["id"] != vm.data_volume_id)
+    boot, data = c.block_storage.get_volume(boot_id), c.block_storage.get_volume(vm.data_volume_id)
+    server = cloud.server(net, boot, data, key_name=cloud.keypair(), flavor="m1.small")
+    address = cloud.floating_ip(server)
+    fip_id = next(c.network.ips(floating_ip_address=address)).id
+    wait_for_ssh(address)
+    extra = vm.extra | {"gpu_rent_server_id": server.id, "gpu_rent_floating_ip_id": fip_id}
+    armed = run_bootstrap((address, data.id), vm.workdir, **extra)
+    assert armed.returncode == 0, converged(armed)
+    assert ssh(address, "systemctl is-active gpu-rent-last-breath.service").stdout.split() == ["active"]
+    ssh(address, "systemctl --no-block poweroff")
+    wait_until("the server deleted by its last breath", lambda: c.compute.find_server(server.id) is None, 90)
+    assert c.network.find_ip(fip_id) is None
+    for volume_id in (boot_id, data.id):
+        wait_until(f"volume {volume_id} free", lambda v=volume_id: c.block_storage.get_volume(v).status == "available",
+                   60)  # fmt: skip
+    # the boot volume's disk as the ground keeps it (ground/ext agent.py rootfs): what the next up reads there
+    words = GROUND / "state" / "hosts" / "rootfs" / boot_id / paths.LAST_WORDS_FILE.lstrip("/")
+    kept = json.loads(words.read_text())
+    assert kept["server_id"] == server.id and kept["reason"].startswith("the guest powered itself off"), kept
+    assert kept["acted"].startswith(f"asked Nova to delete server {server.id}"), kept

@@ -556,17 +556,23 @@ def test_seed_models_brings_a_checked_model_with_progress_and_no_token_in_any_ar
         (project / "seed.yml").unlink(missing_ok=True)
 
 
-def test_hold_writes_the_time_the_idle_killer_honours_and_clear_removes_it(life):
+def test_hold_writes_the_time_and_server_the_idle_killer_honours_and_clear_removes_it(life):
     project, _ = life
     address = state(project)["resources"]["floating_ip_address"]
     before = time.time()
     result = gpu_rent(project, "hold", "--minutes", "90")
     assert result.returncode == 0, result.stderr
-    held = int(ssh(address, "cat /mnt/swarm_data/.gpu-rent-hold-until").stdout)
-    assert before + 90 * 60 - 2 <= held <= time.time() + 90 * 60 + 2
+    held, made_for = ssh(address, "cat /mnt/swarm_data/.gpu-rent-hold-until").stdout.split()
+    assert before + 90 * 60 - 2 <= int(held) <= time.time() + 90 * 60 + 2
+    assert made_for == state(project)["resources"]["server"]  # it ends with this server (idle_look.read_hold)
     cleared = gpu_rent(project, "hold", "--clear")
     assert cleared.returncode == 0, cleared.stderr
     assert ssh(address, "test -e /mnt/swarm_data/.gpu-rent-hold-until").returncode == 1
+    # a long hold left in place when the VM goes: the next up's VM must not be held by it (test_up_after_stop_...)
+    assert gpu_rent(project, "hold", "--minutes", "600").returncode == 0
+    assert ssh(address, "systemctl start gpu-rent-idle-killer.service").returncode == 0  # a tick now, not in 60 s
+    view = status(project)["idle_killer"]["view"]
+    assert re.match(r"armed, kept alive by: hold for (599|600) min more", view), view
 
 
 def test_stop_deletes_server_and_floating_ip_and_keeps_both_volumes(life):
@@ -640,6 +646,12 @@ def test_up_after_stop_reuses_the_same_volumes(life, llm):
     on_vm = ssh(s["resources"]["floating_ip_address"], check)
     size_mb, kept = on_vm.stdout.split()
     assert int(size_mb) > 5 * 1024 and kept == "kept"
+    # the 600-minute hold made for the server before is still on the data volume, and keeps nothing here:
+    # the killer's reason is this boot's grace (a hold comes first in its rules, idle_decision.decide)
+    on_disk = ssh(s["resources"]["floating_ip_address"], "cat /mnt/swarm_data/.gpu-rent-hold-until").stdout.split()
+    assert on_disk[1] != server.id, on_disk
+    reason = status(project)["idle_killer"]["status"]["reason"]
+    assert reason.startswith("grace after boot"), reason
 
 
 def test_the_llm_runtime_turned_on_pulls_its_model_and_the_tunnel_reaches_it(life, llm):
@@ -729,14 +741,50 @@ def test_a_refused_credential_is_shown_loudly(life):
     assert ssh(address, check).returncode == 1  # the killer's own periodic check, run now
     view = status(project)["idle_killer"]["view"]
     assert view.startswith("CREDENTIAL REFUSED, the VM cannot delete itself: Keystone refused"), view
-    assert "killer    CREDENTIAL REFUSED" in gpu_rent(project, "status").stdout
+    shown = gpu_rent(project, "status").stdout
+    assert "killer    CREDENTIAL REFUSED" in shown and status(project)["idle_killer"]["unguarded"] is True
+    assert "nothing on the VM is known to delete it: it bills until gpu-rent stop (the disks stay)" in shown, shown
+
+
+def test_a_killer_refused_at_its_deadline_has_its_vm_deleted_by_the_watchdog_and_status_says_so(life):
+    """The tunnel's watchdog reads the killer's report: its own verdict is "delete", and Keystone refuses its
+    credential (deleted here, as an expiry or a revocation would). The laptop deletes the server with the
+    user's credential, volumes kept, and says who and why; then up brings the VM back for the tests after."""
+    project, ours = life
+    server = ours.servers()[0]
+    volumes = {v.name: v.id for v in ours.volumes().values()}
+    pid = tunnel(project)["pid"]
+    # the LLM runtime's model may still be loaded from the tests before: not looked at here
+    quick = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 20, "idle_killer_tick_seconds": 2,
+             "idle_killer_llm": "false"}  # fmt: skip
+    rearmed = playbook(project, "idle_killer.yml", *[f"-e{k}={v}" for k, v in quick.items()])
+    assert rearmed.returncode == 0, rearmed.stdout[-3000:]
+    ours.conn.identity.delete_application_credential(ours.conn.current_user_id, ours.killer_credential().id)
+    wait_until("the watchdog to delete the server", lambda: not ours.servers(), 180)
+    log = (project / ".gpu-rent" / "logs" / "tunnel.log").read_text()
+    said = re.search(r"watchdog: the idle-killer decided the VM goes \(.*\) but cannot delete it: CREDENTIAL REFUSED, "
+                     r"cannot delete this server: Keystone refused the credential \(HTTP 40[14][^)]*\); deleting the server "
+                     r"with your credential \(the volumes stay\)", log)  # fmt: skip
+    assert said, log[-3000:]
+    record = project / ".gpu-rent" / "tunnel.json"
+    wait_until("the tunnel to close", lambda: json.loads(record.read_text())["state"] == "closed", 60)
+    closed = json.loads(record.read_text())["message"]
+    assert closed.startswith("the server was deleted by gpu-rent watchdog at "), closed
+    assert "but cannot delete it: CREDENTIAL REFUSED" in closed
+    wait_until("the tunnel process to end", lambda: gone(pid), 30)
+    assert ours.floating_ips() == []
+    assert {v.name: v.id for v in ours.volumes().values()} == volumes
+    end = status(project)["last_end"]
+    assert end["server_id"] == server.id and end["line"].startswith("deleted by gpu-rent watchdog at"), end
+    again = up(project)  # the VM back, armed as the project says, for the tests after this one
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert status(project)["idle_killer"]["view"].startswith("armed, kept alive by: grace after boot")
 
 
 def test_the_watchdog_brings_back_a_shelved_server_with_the_same_disks_and_reopens_the_tunnel(life):
     project, ours = life
     server = ours.servers()[0]
     pid = tunnel(project)["pid"]
-    refused = ours.killer_credential()  # None: the test before deleted it
     volumes = {v.name: v.id for v in ours.volumes().values()}
     ours.conn.compute.shelve_server(server)  # what a preemption or a "freeze" leaves
     log = project / ".gpu-rent" / "logs" / "tunnel.log"
@@ -749,7 +797,7 @@ def test_the_watchdog_brings_back_a_shelved_server_with_the_same_disks_and_reope
     assert ours.conn.compute.get_server(server.id).status == "ACTIVE"
     assert {v.name: v.id for v in ours.volumes().values()} == volumes
     assert state(project)["phase"] == "ready_tunneled"
-    assert refused is None and ours.killer_credential() is not None  # a credential Keystone takes again
+    assert ours.killer_credential() is not None  # a credential Keystone takes
     assert status(project)["idle_killer"]["view"].startswith("armed, kept alive by: grace after boot")
 
 

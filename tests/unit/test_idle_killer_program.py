@@ -30,6 +30,7 @@ from gpu_rent.on_vm.idle_look import (
     comfy_port,
     fresh_downloads,
     live_comfy_ports,
+    read_hold,
     read_time,
     unit_pids,
 )
@@ -224,6 +225,18 @@ def test_read_time_reads_a_unix_time_or_nothing(tmp_path, text, expected):
     path.write_text(text)
     assert read_time(str(path)) == expected
     assert read_time(str(tmp_path / "absent")) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1767225600 s1\n", 1767225600.0), ("1767225600 s0\n", None), ("1767225600\n", 1767225600.0), ("s1", None)],
+    ids=["this-server", "the-vm-before", "written-before-the-id", "no-time"],
+)  # fmt: skip
+def test_a_hold_keeps_only_the_server_it_was_made_for(tmp_path, text, expected):
+    path = tmp_path / "hold"
+    path.write_text(text)
+    assert read_hold(str(path), "s1") == expected
+    assert read_hold(str(tmp_path / "absent"), "s1") is None
 
 
 CATALOG = [

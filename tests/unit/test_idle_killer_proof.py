@@ -49,18 +49,19 @@ class Cloud:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 cloud.asked.append(("POST", self.path))
                 catalog = [
-                    {
-                        "type": "compute",
-                        "endpoints": [
-                            {"interface": "public", "region_id": r, "url": f"{cloud.url}/compute/v2.1"} for r in regions
-                        ],
-                    }
-                ]
+                    {"type": kind, "endpoints": [{"interface": "public", "region_id": r, "url": f"{cloud.url}{path}"}
+                                                 for r in regions]}
+                    for kind, path in (("compute", "/compute/v2.1"), ("network", "/network"))
+                ]  # fmt: skip
                 self._send(201, {"token": {"catalog": catalog}}, {"X-Subject-Token": "tok"})  # fmt: skip
 
             def do_GET(self):
                 cloud.asked.append(("GET", self.path))
                 self._send(*cloud.nova)
+
+            def do_DELETE(self):
+                cloud.asked.append(("DELETE", self.path))
+                self._send(204, {})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -139,7 +140,7 @@ def test_a_vm_that_is_another_server_never_uses_the_credential(tmp_path, cloud_a
     result = idle_killer.check_and_record(cfg)
     assert result["state"] == "refused" and "this VM is server the-new-server" in result["message"]
     credential: dict = {}
-    acted = idle_killer._delete(cfg, credential, 0.0, print, "idle")
+    acted = idle_killer.delete_self(cfg, credential, 0.0, print, "idle")
     assert acted["acted"].startswith("CREDENTIAL REFUSED, not deleted: this VM is server the-new-server")
     assert cloud.asked == [] and not Path(cfg.last_words_file).exists()  # nothing asked, nothing written
 

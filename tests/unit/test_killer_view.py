@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_rent.to_vm import killer_view
-from gpu_rent.to_vm.killer_view import describe
+from gpu_rent.to_vm.killer_view import describe, unguarded
 
 NOW = 1_800_000_000.0
 
@@ -125,3 +125,18 @@ def test_a_temp_folder_too_long_for_a_socket_falls_back_to_tmp(monkeypatch, tmpd
 )  # fmt: skip
 def test_armed_is_said_only_of_a_proven_credential(credential, head):
     assert describe(status(fires_at=None, reason="2 waiting gens", credential=credential), NOW).startswith(head)
+
+
+@pytest.mark.parametrize(
+    ("seen", "server", "blind"),
+    [(None, "s", True), ({"server_id": "old", "tick_at": NOW, "credential": {"state": "ok"}}, "s", True),
+     ({"tick_at": NOW, "credential": {"state": "refused", "message": "no"}}, None, True),
+     ({"tick_at": NOW, "credential": {"state": "unreachable", "message": "Nova: HTTP 503"}}, None, True),
+     ({"tick_at": NOW - 3600, "credential": {"state": "ok"}}, None, True), ({"tick_at": "x"}, None, True),
+     ({"tick_at": NOW, "reason": "2 waiting gens", "credential": {"state": "ok"}}, None, False),
+     ({"tick_at": NOW, "action": "delete", "reason": "idle", "credential": {"state": "ok"}}, None, False)],
+    ids=["no-report", "vm-before", "refused", "unproven", "silent", "unreadable", "armed", "deleting"],
+)  # fmt: skip
+def test_status_says_in_red_each_way_no_killer_is_known_to_delete_the_server(seen, server, blind):
+    line = describe(seen, NOW, server)
+    assert unguarded(line) is blind, line

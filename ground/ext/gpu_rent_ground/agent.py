@@ -295,8 +295,12 @@ class Agent:
         program.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(__file__).with_name("forward.py"), program)
         unit = rootfs / "etc/systemd/system" / FORWARD_UNIT
+        # It stands in for the VM's network to the cloud, so it is ordered as the network is: up before
+        # network.target, and stopped only after every unit ordered after the network at a shutdown (the
+        # idle-killer's last breath deletes the server from there, as on a VM whose network is still up).
         unit.write_text(
             "[Unit]\nDescription=ground: the cloud's API at the catalogue's 127.0.0.1 URLs\n"
+            "Wants=network.target\nBefore=network.target\n"
             "[Service]\nExecStart=/usr/bin/python3 /usr/local/lib/ground/forward.py"
             f" --listen 127.0.0.1 --to {self.api_gateway} --ports {self.api_ports}\nRestart=always\n"
             "[Install]\nWantedBy=multi-user.target\n"
