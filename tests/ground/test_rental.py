@@ -763,8 +763,8 @@ def test_a_killer_refused_at_its_deadline_has_its_vm_deleted_by_the_watchdog_and
     wait_until("the watchdog to delete the server", lambda: not ours.servers(), 180)
     log = (project / ".gpu-rent" / "logs" / "tunnel.log").read_text()
     said = re.search(r"watchdog: the idle-killer decided the VM goes \(.*\) but cannot delete it: CREDENTIAL REFUSED, "
-                     r"cannot delete this server: Keystone refused the credential \(HTTP 40[14][^)]*\); deleting the server "
-                     r"with your credential \(the volumes stay\)", log)  # fmt: skip
+                     r"cannot delete this server: Keystone refused the credential \(HTTP 40[14][^)]*\); "
+                     r"deleting the server with your credential \(the volumes stay\)", log)  # fmt: skip
     assert said, log[-3000:]
     record = project / ".gpu-rent" / "tunnel.json"
     wait_until("the tunnel to close", lambda: json.loads(record.read_text())["state"] == "closed", 60)
