@@ -34,6 +34,12 @@ The rules, in order (SPEC §7, with the order of work and trouble fixed by issue
    that falls inside an hour already billed moves to a margin before that hour
    ends: the hour is paid whether the VM lives or not; work in it resets the clock.
 
+A VM back with the memory of its life before (restored after a preemption, or
+rebooted; the killer keeps that memory on the boot volume) gets no new boot
+grace: its idle clock goes on from where it stood (the time it was down not
+counted), and for a short restore grace it is not deleted and trouble (SwarmUI
+coming back) does not count; work restarts the clock as always.
+
 The GPU is read once a tick (nvidia-smi's utilization.gpu is itself the share of
 its last sample period, 1/6 s to 1 s, that a kernel ran): the VM goes only after
 a whole IDLE_MINUTES of ticks all found every GPU at or below the threshold, so
@@ -75,6 +81,9 @@ class Limits:
     billing_hour: str = "off"  # BILLING_HOUR: off, clock or rental - how the cloud bills the hour begun
     billing_margin_seconds: float = 180  # a paid hour is used up to this long before it ends
     rental_started_at: float | None = None  # the server's creation, where hours count from it (rental)
+    # after a restore (a preemption's, a reboot): the VM is not deleted and trouble does not count, but the
+    # idle clock goes on from where it stood before the VM went down
+    restore_grace_seconds: float = 600
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,9 @@ class LlmLook:
 class Observation:
     now: float  # unix time of this tick
     booted_at: float  # unix time of the boot (or unshelve) this VM life started with
+    # when this VM came back with the memory of its life before (a preemption's restore, a reboot): the
+    # boot's grace is over then, and restore_grace_seconds applies instead; None: a first boot or an arming
+    restored_at: float | None = None
     # GetGlobalStatus's answer, or the error SwarmUI answered with ({"error_id", "error", "route"});
     # None when SwarmUI did not answer
     status: dict | None = None
@@ -177,6 +189,11 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
 
     idle_since = memory.idle_since
     typed = _typed(seen)
+    restoring = seen.restored_at is not None and now - seen.restored_at < limits.restore_grace_seconds
+    if trouble is not None and restoring:  # SwarmUI coming back after the restore: the idle clock keeps running
+        left = limits.restore_grace_seconds - (now - seen.restored_at)
+        return Decision(KEEP, f"grace after a restore, {_minutes(left)} left ({trouble})",
+                        replace(memory, troubled_since=None))  # fmt: skip
     if trouble is not None:
         since = memory.troubled_since if memory.troubled_since is not None else now
         if now - since < limits.cap_seconds:
@@ -206,6 +223,10 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
     if paid_until is not None:  # the hour the deadline falls in is paid anyway: use it, up to the margin
         fires_at = max(deadline, paid_until - limits.billing_margin_seconds)
         reason = f"{reason}; the hour is paid for {_minutes(paid_until - now)} more"
+    if restoring:  # back a moment ago, perhaps for someone: never deleted within the restore's grace
+        grace_ends = seen.restored_at + limits.restore_grace_seconds
+        fires_at = max(fires_at, grace_ends)
+        reason = f"{reason}; grace after a restore, {_minutes(grace_ends - now)} left"
     if now >= fires_at:
         return Decision(DELETE, f"{reason}: deleting this server", memory)
     return Decision(KEEP, reason, memory, fires_at, paid_until)

@@ -115,6 +115,9 @@ class Config:
     status_file: str = paths.STATUS_FILE
     # on the boot volume, which outlives the server: the next up tells why the VM before went
     last_words_file: str = paths.LAST_WORDS_FILE
+    # beside them, the memory a restored or rebooted VM goes on from (restore); empty: not kept
+    memory_file: str = paths.MEMORY_FILE
+    restore_grace_seconds: float = 600  # after such a restore: not deleted, trouble not counted
     credential_expires_at: str | None = None
     credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
     # cloud-init's record of this boot (in /run: never a boot before), whose v1.instance_id is the server this
@@ -146,7 +149,7 @@ class Config:
             if key in known:
                 known[key] = tuple(known[key])
         for key in ("idle_seconds", "grace_seconds", "cap_seconds", "credential_check_seconds", "tick_seconds",
-                    "keep_alive_timeout", "disk_seconds"):  # fmt: skip
+                    "keep_alive_timeout", "disk_seconds", "restore_grace_seconds"):  # fmt: skip
             if key in known:
                 known[key] = float(known[key])
         if "gpu_percent" in known:  # off (YAML reads it as false), empty or null: GPUs not looked at
@@ -181,6 +184,7 @@ class Config:
             billing_hour=self.billing_hour or "off",
             billing_margin_seconds=self.billing_margin_seconds,
             rental_started_at=self.rental_started_at,
+            restore_grace_seconds=self.restore_grace_seconds,
         )
 
 
@@ -374,7 +378,7 @@ def load_status(path: Path) -> dict:
         status = {}
     if not isinstance(status, dict):
         status = {}
-    for key in ("booted_at", "tick_at", "fires_at"):
+    for key in ("booted_at", "tick_at", "fires_at", "restored_at", "armed_at"):
         if key in status and _number(status[key]) is None:
             status.pop(key)
     memory = status.get("memory") if isinstance(status.get("memory"), dict) else {}
@@ -451,6 +455,7 @@ def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observat
     seen = Observation(
         now=now,
         booted_at=max(float(status.get("booted_at") or now), cfg.armed_at),
+        restored_at=_restored_at(cfg, status),
         status=swarm.status,
         error=swarm.error,
         backends=swarm.backends,
@@ -485,6 +490,7 @@ def tick(cfg: Config, now: float | None = None, say=print) -> dict:
 def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
     path = Path(cfg.status_file)
     before = load_status(path)
+    before = restore(cfg, before, now) or before
     seen, swarm, comfy = observe(cfg, before, now, disk)
     memory = Memory(**before["memory"])
     decision = decide(seen, cfg.limits(), memory)
@@ -493,6 +499,7 @@ def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
     status = {
         "server_id": cfg.server_id,
         "booted_at": before.get("booted_at") or now,
+        "restored_at": _restored_at(cfg, before),  # this boot came back with the memory of the life before
         "armed_at": cfg.armed_at,
         "tick_at": now,
         "tick_seconds": cfg.tick_seconds,  # how long the laptop's watchdog waits for the next before it acts
@@ -524,7 +531,41 @@ def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
             credential.update(_check(cfg, now))
         say(_line(decision, credential))
     write_status(path, status)
+    keep_memory(cfg, status)
     return status
+
+
+def restore(cfg: Config, before: dict, now: float) -> dict | None:
+    """On a new boot (the status in /run is gone), the memory kept on the boot volume, when it is of this
+    server and this arming: a preemption's restore or a reboot. Its idle clock moves on by the time the VM
+    was down, which is no idleness on the VM; decide() gives it the restore's grace from now."""
+    if before.get("booted_at") is not None or not cfg.memory_file:
+        return None
+    kept = load_status(Path(cfg.memory_file))
+    if kept.get("server_id") != cfg.server_id or kept.get("armed_at") != cfg.armed_at or not kept.get("tick_at"):
+        return None  # another server's (a kept boot volume under a new VM), or another arming's: a fresh start
+    down = max(0.0, now - kept["tick_at"])
+    memory = {k: (v + down if k in ("idle_since", "troubled_since") and v is not None else v)
+              for k, v in kept["memory"].items()}  # fmt: skip
+    return {**before, "booted_at": kept.get("booted_at") or now, "memory": memory, "restored_at": now}
+
+
+def _restored_at(cfg: Config, status: dict) -> float | None:
+    """When this boot came back with its memory; None when it did not, or an arming came since (a fresh
+    start, with the boot's grace from the arming)."""
+    restored_at = status.get("restored_at")
+    return restored_at if restored_at is not None and restored_at >= cfg.armed_at else None
+
+
+def keep_memory(cfg: Config, status: dict) -> None:
+    """What restore needs, on the boot volume; never fatal (the killer acts without it, as before)."""
+    if not cfg.memory_file:
+        return
+    kept = {k: status.get(k) for k in ("server_id", "armed_at", "booted_at", "restored_at", "tick_at", "memory")}
+    try:
+        write_status(Path(cfg.memory_file), kept)
+    except OSError as e:
+        print(f"{WARNING}memory not kept at {cfg.memory_file}: {e}", file=sys.stderr)
 
 
 def _line(decision: Decision, credential: dict) -> str:

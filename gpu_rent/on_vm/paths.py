@@ -20,6 +20,9 @@ PROGRESS_FILE = f"{RUN_DIR}/progress"
 STATE_DIR = "/var/lib/gpu-rent"
 # Why the killer deleted its server; the next up tells it once.
 LAST_WORDS_FILE = f"{STATE_DIR}/idle-killer-last-words.json"
+# The killer's memory (its idle clock) beside them: a VM restored after a preemption, or rebooted, goes on
+# from it instead of a new boot's grace.
+MEMORY_FILE = f"{STATE_DIR}/idle-killer-memory.json"
 # The killer's config with its credential, root only; never under Output or Models.
 CONFIG_FILE = "/root/.gpu-rent/idle-killer.json"
 # The data volume (roles/data_volume), where SwarmUI's Models and Output live.

@@ -504,6 +504,43 @@ def test_a_reboot_inside_the_guest_keeps_the_server_and_its_killer(vm):
     assert ssh(address, "systemctl is-active gpu-rent-last-breath.service").stdout.split() == ["active"]
 
 
+def test_a_vm_restored_after_a_preemption_goes_on_from_its_idle_clock_with_a_short_grace(vm):
+    """The cloud shelves the idle VM (as a preemption does) and it is brought back with no new arming (as the
+    watchdog's up does, its config unchanged): the killer takes its memory from the boot volume, the time it
+    was down taken out, so it goes when the idle time it had left has run (not a boot's grace plus a whole
+    idle time), and never within the short grace after the restore."""
+    address, server, c = vm.address, vm.server, vm.cloud.conn
+    rearm(vm, idle_killer_grace_seconds=0, idle_killer_idle_seconds=600, idle_killer_restore_grace_seconds=30)
+    settle(address)
+    time.sleep(10)  # ten seconds or so of idleness to remember
+    before = killer_status(address)
+    idle_before = before["tick_at"] - before["memory"]["idle_since"]
+    assert idle_before >= 8, before
+    c.compute.shelve_server(server)
+    c.compute.wait_for_server(server, status="SHELVED_OFFLOADED", wait=120)
+    shelved = time.time()  # the host is gone by now, or within the agent's next tick
+    time.sleep(10)  # down for a while, as a preemption leaves it
+    c.compute.unshelve_server(server)
+    c.compute.wait_for_server(server, status="ACTIVE", wait=120)
+    wait_for_ssh(address)
+    restored = lambda: (s := _status_or_none(address)) and s.get("restored_at") and s  # noqa: E731
+    after = wait_until("a tick of the restored VM", restored, 60)
+    idle_after = after["restored_at"] - after["memory"]["idle_since"]
+    # the idleness it had at its last tick before the shutdown (ticks ran on until the host went), and
+    # none of the time it was down (at least the 10 s slept while shelved)
+    assert idle_before <= idle_after <= idle_before + (shelved - before["tick_at"]) + 2 * TICK + 3, (before, after)
+    assert after["restored_at"] - before["memory"]["idle_since"] >= idle_after + 10, (before, after)
+    assert after["booted_at"] == before["booted_at"] and "grace after a restore" in after["reason"], after
+    # SwarmUI back (its backend loads first: trouble the restore's grace forgives, the idle clock running on),
+    # the deadline is where the idle time left puts it, not a boot's grace and a whole idle time away
+    back = wait_until("SwarmUI back after the restore", lambda: (s := next_reason(address))["fires_at"] and s, 90)
+    assert back["memory"]["idle_since"] == after["memory"]["idle_since"], (after, back)
+    assert back["fires_at"] == pytest.approx(after["memory"]["idle_since"] + 600, abs=1), back
+    kept = json.loads(ssh(address, f"cat {paths.MEMORY_FILE}").stdout)
+    assert kept["server_id"] == server.id and kept["restored_at"] == after["restored_at"]
+    rearm(vm)  # the module's times again for the tests after this one (a new arming: a fresh start)
+
+
 def test_a_credential_whose_rule_nova_does_not_match_is_refused_at_the_arm_and_named(vm, member_conn):
     """Keystone logs in an access-ruled credential whatever its rules say; only Nova matches the rule, against
     the path it sees. A rule for a gateway's path (/compute/v2.1/..., as Selectel's catalogue shows) that

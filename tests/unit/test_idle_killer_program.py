@@ -58,6 +58,7 @@ def config(tmp_path: Path, swarm_port: int, comfy_port: int | None = None, **kw)
         "seeding_lock": str(tmp_path / "seeding"),
         "status_file": str(tmp_path / "run" / "idle-killer.json"),
         "last_words_file": str(tmp_path / "lib" / "idle-killer-last-words.json"),
+        "memory_file": str(tmp_path / "lib" / "idle-killer-memory.json"),
         "credential_check_seconds": 1e12,  # no credential check in these ticks
         "gpu_percent": None,  # no GPU here; test_idle_look.py gives the killer one
         "shell": False,  # this machine's terminals are not the VM's

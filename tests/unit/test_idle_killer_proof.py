@@ -75,7 +75,8 @@ class Cloud:
 def config(tmp_path: Path, cloud: Cloud, **kw) -> Config:
     data = {"server_id": SERVER, "auth_url": f"{cloud.url}/v3", "credential_id": "c", "credential_secret": "s",
             "region_name": "ru-7", "instance_data_file": str(tmp_path / "instance-data.json"),
-            "status_file": str(tmp_path / "status.json")} | kw  # fmt: skip
+            "status_file": str(tmp_path / "status.json"), "memory_file": str(tmp_path / "lib" / "memory.json"),
+            "last_words_file": str(tmp_path / "lib" / "last-words.json")} | kw  # fmt: skip
     path = tmp_path / "idle-killer.json"
     path.write_text(json.dumps(data))
     return Config.load(path)

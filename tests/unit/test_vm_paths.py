@@ -30,6 +30,7 @@ COPIES = {
     ("roles/idle_killer/defaults/main.yml", "idle_killer_status_file"): paths.STATUS_FILE,
     ("roles/idle_killer/defaults/main.yml", "idle_killer_seeding_lock"): paths.SEEDING_LOCK,
     ("roles/idle_killer/defaults/main.yml", "idle_killer_last_words_file"): paths.LAST_WORDS_FILE,
+    ("roles/idle_killer/defaults/main.yml", "idle_killer_memory_file"): paths.MEMORY_FILE,
     ("roles/idle_killer/defaults/main.yml", "idle_killer_config_file"): paths.CONFIG_FILE,
     ("roles/idle_killer/defaults/main.yml", "idle_killer_data_mount"): paths.DATA_MOUNT,
     ("roles/idle_killer/defaults/main.yml", "idle_killer_hold_file"): paths.HOLD_FILE,
