@@ -32,7 +32,8 @@ def status(
 
 
 def doctor(project: ProjectOption = Path(".")) -> None:
-    """Check auth, the catalog, flavors, image, network, quotas and the SSH key. Never changes anything."""
+    """Check auth, the catalog, flavors, image, network, quotas, the SSH key and the idle-killer's access rule
+    (with a throw-away credential, deleted before it returns). Rents nothing."""
     settings = load_settings(project)
     try:
         checks = doctor_checks(settings)

@@ -37,6 +37,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -82,6 +83,7 @@ from .idle_look import (
 CRIT, WARNING, INFO = "<2>", "<4>", "<6>"
 GPU_FIELDS = ("index", "utilization", "memory_used")  # the status file's names of nvidia-smi's columns
 RETRY_PAUSE = 2.0  # seconds before the second try of a transient failure, doubled for the third
+NOVA_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a server's uuid
 
 
 @dataclass(frozen=True)
@@ -296,13 +298,15 @@ def show_own_server(cfg: Config, login: tuple[str, list] | None = None) -> tuple
 
 
 def own_instance_id(cfg: Config) -> str | None:
-    """The server this VM is, as cloud-init read it from the metadata service at this boot; None: not known."""
+    """The server this VM is, as cloud-init read it from the metadata service at this boot; None: not known.
+    Only a Nova server id counts (the OpenStack and ConfigDrive datasources give it): an Ec2 or NoCloud
+    datasource's instance id is another name, and compared with the config it would refuse every proof."""
     try:
         data = json.loads(Path(cfg.instance_data_file).read_text())
-        found = (data.get("v1") or {}).get("instance_id")
+        found = str((data.get("v1") or {}).get("instance_id") or "")
     except (OSError, ValueError, AttributeError):
         return None
-    return str(found) if found else None
+    return found if NOVA_ID.fullmatch(found) else None
 
 
 def not_this_server(cfg: Config) -> str | None:
@@ -428,23 +432,31 @@ def status_lock(path: Path):
 
 
 def look_at_disk(cfg: Config, now: float) -> dict:
-    """What the data volume says (downloads under Models, the hold, its mount and marker), read in a child
-    that may take disk_seconds: a network disk that hangs must never hold the tick (idle_look.in_a_child).
-    Silent or failing, it is trouble (capped), with no download and no hold seen."""
+    """What the data volume says, read in children that may take disk_seconds each: a network disk that
+    hangs must never hold the tick (idle_look.in_a_child). The hold and the volume's mount and marker first,
+    on their own (a slow walk of a large Models must not hide a hold), then the downloads under Models.
+    Silent or failing, it is trouble (capped), with no hold and no download seen."""
 
-    def look() -> dict:
-        return {
-            "downloads": list(fresh_downloads(cfg.models_dirs, now)),
-            "hold_until": read_hold(cfg.hold_file, cfg.server_id),
-            "data_volume": data_volume_problem(cfg.data_mount, cfg.data_marker),
-        }
+    def volume() -> dict:
+        return {"hold_until": read_hold(cfg.hold_file, cfg.server_id),
+                "data_volume": data_volume_problem(cfg.data_mount, cfg.data_marker)}  # fmt: skip
 
-    try:
-        said = in_a_child(look, cfg.disk_seconds)
-        problem = None if said is not None else f"did not answer within {cfg.disk_seconds:g} s (a stuck network disk?)"
-    except OSError as e:
-        said, problem = None, f"could not be read: {e}"
-    return said or {"downloads": [], "hold_until": None, "data_volume": f"at {cfg.data_mount} {problem}"}
+    def downloads() -> dict:
+        return {"downloads": list(fresh_downloads(cfg.models_dirs, now))}
+
+    said: dict = {"downloads": [], "hold_until": None, "data_volume": None}
+    for look, what in ((volume, "at"), (downloads, "under")):
+        try:
+            answer = in_a_child(look, cfg.disk_seconds)
+            problem = None if answer is not None else f"did not answer within {cfg.disk_seconds:g} s"
+        except OSError as e:
+            answer, problem = None, f"could not be read: {e}"
+        if answer is None:
+            where = cfg.data_mount if look is volume else ", ".join(cfg.models_dirs)
+            said["data_volume"] = f"{what} {where} {problem} (a stuck network disk?)"
+            break
+        said.update(answer)
+    return said
 
 
 def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observation, SwarmLook, list[dict]]:
@@ -576,9 +588,11 @@ def _line(decision: Decision, credential: dict) -> str:
     return INFO + line
 
 
-def delete_self(cfg: Config, credential: dict, now: float, say, reason: str = "") -> dict:
-    """The server first (the GPU is what bills most), then its floating IP, in one login, before the
-    VM goes: the next tick may never come."""
+def delete_self(
+    cfg: Config, credential: dict, now: float, say, reason: str = "", login: tuple[str, list] | None = None
+) -> dict:
+    """The server first (the GPU is what bills most), then its floating IP, in one login (login: one made
+    already), before the VM goes: the next tick may never come."""
     stranger = not_this_server(cfg)
     if stranger:  # the old credential may still delete the server it names, which is not this one
         credential.update(state="refused", checked_at=now, message=stranger)
@@ -586,7 +600,7 @@ def delete_self(cfg: Config, credential: dict, now: float, say, reason: str = ""
     words = {"server_id": cfg.server_id, "at": now, "reason": reason, "acted": "deleting"}
     _last_words(cfg, words)  # before the DELETE: once Nova takes it, the guest may not write again
     try:
-        login = with_retries(lambda: authenticate(cfg))
+        login = login or with_retries(lambda: authenticate(cfg))
         done = with_retries(lambda: delete_server(cfg, login))
     except CredentialRefused as e:
         _forget_last_words(cfg)  # the server stays: words left would blame the killer for a later stop

@@ -349,8 +349,8 @@ def in_a_child(look, seconds: float):
     if pid == 0:  # the child: answer, and leave at once without the parent's atexit work
         code = 1
         try:
-            os.closerange(3, readable)
-            os.closerange(readable + 1, writable)
+            os.close(readable)
+            os.closerange(3, writable)
             os.closerange(writable + 1, 1 << 16)
             try:
                 answer = {"answer": look()}
@@ -372,7 +372,10 @@ def in_a_child(look, seconds: float):
             chunk = os.read(readable, 1 << 16)
             if not chunk:
                 os.waitpid(pid, 0)
-                said = json.loads(b"".join(chunks) or b'{"error": "the child said nothing"}')
+                try:
+                    said = json.loads(b"".join(chunks) or b'{"error": "the child said nothing"}')
+                except ValueError as e:  # cut short (the child killed as it wrote): a look that failed
+                    raise OSError(f"the look's answer was cut short: {e}") from None
                 if "error" in said:
                     raise OSError(said["error"])
                 return said["answer"]

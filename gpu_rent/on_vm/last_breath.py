@@ -7,10 +7,12 @@ stop runs `python3 -m on_vm.last_breath`, which:
 
 - reads what the shutdown is from systemd's queued jobs: a reboot (or kexec) stays a reboot;
 - asks Nova for this server with the killer's own credential (the proof's GET): a stop, shelve or
-  delete the cloud is carrying out shows as Nova's task or status, and is the cloud's, not the guest's
-  (a preemption must stay restorable, the watchdog brings it back);
-- otherwise deletes the server and then its floating IP, as the killer does at its deadline, its last
-  words on the boot volume naming the poweroff (the next `gpu-rent up` tells them). The disks stay.
+  delete the cloud is carrying out shows as Nova's task or status, and an ACPI power button (a stop
+  below Nova) as systemd-logind's "Power key pressed": both are the cloud's, not the guest's (a
+  preemption must stay restorable, the watchdog brings it back);
+- otherwise syncs the disks and deletes the server and then its floating IP, as the killer does at its
+  deadline, its last words on the boot volume naming the poweroff (the next `gpu-rent up` tells them).
+  The disks stay. Its unit is ordered before SwarmUI and the LLM runtime, so it stops after them.
 
 Standard library only, like the killer it shares its config and its acting with (idle_killer).
 """
@@ -18,6 +20,7 @@ Standard library only, like the killer it shares its config and its acting with 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -62,16 +65,28 @@ def queued_jobs() -> str:
         return ""
 
 
-def the_clouds_doing(server: dict) -> str | None:
-    """Why the shutdown is the cloud's (a stop, a shelve, a delete Nova is carrying out); None: the guest's."""
+def the_clouds_doing(server: dict, logind: str) -> str | None:
+    """Why the shutdown is the cloud's (a stop, a shelve, a delete Nova is carrying out, or the hypervisor's
+    ACPI power button, which systemd-logind logs as a power key); None: the guest's own."""
     task = server.get("OS-EXT-STS:task_state")
     if task or server.get("status") != "ACTIVE":
         return f"Nova shows it {server.get('status')} (task {task or '-'})"
+    if "Power key pressed" in logind:  # a stop below Nova (host maintenance): the VM may come back
+        return "the power button was pressed (systemd-logind), not a poweroff inside the guest"
     return None
 
 
-def last_breath(cfg: Config, jobs: str, say=print) -> str:
-    """What was done, in one line (also said to the journal)."""
+def logind_lines() -> str:
+    """This boot's systemd-logind journal, where an ACPI power button shows ("Power key pressed short.")."""
+    try:
+        return subprocess.run(["journalctl", "-b", "-u", "systemd-logind", "-o", "cat", "--no-pager", "-n", "200"],
+                              capture_output=True, text=True, timeout=10).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def last_breath(cfg: Config, jobs: str, say=print, logind: str = "") -> str:
+    """What was done, in one line (also said to the journal). jobs: systemd's queued jobs; logind: its log."""
     kind = shutdown_kind(jobs)
     if kind != "poweroff":
         said = f"{INFO}last breath: {kind or 'no shutdown queued'}, nothing to delete"
@@ -84,11 +99,13 @@ def last_breath(cfg: Config, jobs: str, say=print) -> str:
         except (CredentialRefused, Unreachable) as e:
             said = f"{CRIT}last breath: this poweroff leaves the server SHUT OFF and billing: {e}"
         else:
-            cloud = the_clouds_doing(server)
+            cloud = the_clouds_doing(server, logind)
             if cloud:
                 said = f"{INFO}last breath: the cloud is stopping it ({cloud}): not deleted"
             else:
-                acted = delete_self(cfg, {}, time.time(), say, REASON)["acted"]
+                # what the guest wrote last (a checkpoint, an output) reaches the disks before Nova destroys it
+                os.sync()
+                acted = delete_self(cfg, {}, time.time(), say, REASON, login=login)["acted"]
                 loud = CRIT if acted.startswith(("CREDENTIAL REFUSED", "delete failed")) else WARNING
                 said = f"{loud}last breath: {REASON}; {acted}"
     say(said)
@@ -104,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError) as e:
         print(f"{CRIT}last breath: idle-killer config {args.config} unusable, nothing deletes this VM: {e}")
         return 2
-    last_breath(cfg, queued_jobs())
+    last_breath(cfg, queued_jobs(), logind=logind_lines())
     return 0
 
 

@@ -80,6 +80,7 @@ def may_recover(recent: list[float], now: float) -> bool:
 # The killer's ticks the laptop waits through after a verdict the killer could not carry out, before it acts.
 KILLER_PATIENCE_TICKS = 3
 KILLER_TICK_SECONDS = 60.0  # the killer's timer (idle_killer_tick_seconds), when its report does not say
+KILLER_SLOW_TICK_SECONDS = 300.0  # more than a slow tick may take beyond its interval (its unit's timeout)
 # how a report says its DELETE did not go through (idle_killer.delete_self; rental/vm_end.FAILED the same)
 _REFUSED, _FAILED = "CREDENTIAL REFUSED", "delete failed"
 
@@ -96,9 +97,12 @@ def blind_killer(report: dict, seen_at: float, now: float, failed_ticks: int) ->
     VM its killer has decided to delete and that is still there (refused at once; a delete that failed for
     KILLER_PATIENCE_TICKS ticks; or a killer silent that long past its delete verdict or its deadline: a
     guest that stopped ticking). seen_at: the laptop's time when it first read this report's tick, so the
-    VM's clock is only ever compared with itself; failed_ticks: the reports in a row whose delete failed."""
+    VM's clock is only ever compared with itself, and the caller keeps it only while every read since
+    succeeded (a read that fails says nothing of the killer); failed_ticks: the reports in a row whose
+    delete failed."""
     tick = _number(report.get("tick_seconds")) or KILLER_TICK_SECONDS
-    patience = KILLER_PATIENCE_TICKS * tick
+    # a tick may run up to its unit's TimeoutStartSec (3 ticks + 240 s, roles/idle_killer) before the next
+    patience = KILLER_PATIENCE_TICKS * tick + KILLER_SLOW_TICK_SECONDS
     acted = str(report.get("acted") or "")
     reason = str(report.get("reason") or "no reason given")
     silent = now - seen_at > patience

@@ -283,19 +283,23 @@ class Session:
     async def _keep_killer_report(self) -> None:
         """The killer's report, read over the tunnel's own connection: when the VM goes, it says who and why."""
         conn = await self.tunnel.connection(0) if self.forward and self.tunnel else None
-        if conn is None:
+        report = None
+        if conn is not None:
+            try:
+                result = await asyncio.wait_for(conn.run(f"cat {STATUS_FILE}", check=False), KILLER_READ_SECONDS)
+                report = json.loads(result.stdout or "")
+            except (OSError, ValueError, TimeoutError, asyncssh.Error):
+                report = None
+        if not isinstance(report, dict) or report.get("server_id") != self.server_id:
+            # Not read (SSH down or slow, a reboot's empty /run, a laptop just awake): nothing is known of the
+            # killer, and a report read before must never be taken for its silence. _judge_killer waits.
+            self._report, self._failed_ticks = None, 0
             return
-        try:
-            result = await asyncio.wait_for(conn.run(f"cat {STATUS_FILE}", check=False), KILLER_READ_SECONDS)
-            report = json.loads(result.stdout or "")
-        except (OSError, ValueError, TimeoutError, asyncssh.Error):
-            return
-        if isinstance(report, dict) and report.get("server_id") == self.server_id:
-            await asyncio.to_thread(vm_end.write, self.settings.runtime_dir, vm_end.SEEN_FILE, report)
-            if report.get("tick_at") != (self._report or {}).get("tick_at"):  # a tick since the last read
-                failed = report.get("action") == "delete" and str(report.get("acted")).startswith("delete failed")
-                self._failed_ticks = self._failed_ticks + 1 if failed else 0
-                self._report, self._report_seen_at = report, time.time()
+        await asyncio.to_thread(vm_end.write, self.settings.runtime_dir, vm_end.SEEN_FILE, report)
+        if report.get("tick_at") != (self._report or {}).get("tick_at"):  # a tick since the last read
+            failed = report.get("action") == "delete" and str(report.get("acted")).startswith("delete failed")
+            self._failed_ticks = self._failed_ticks + 1 if failed else 0
+            self._report, self._report_seen_at = report, time.time()
 
     async def _judge_killer(self) -> None:
         """The killer's last report, judged (watch/decision.blind_killer): a killer that cannot carry out its
@@ -312,9 +316,15 @@ class Session:
                 self.log(f"watchdog: {why}; while this tunnel runs, the watchdog deletes the VM at its deadline")
                 notify("gpu-rent: the idle-killer cannot delete the VM", why)
             return
+        server = self.server_id
+        with contextlib.suppress(StateError, OSError):  # stop deletes the state's server: it must be this one
+            recorded = load_state(self.store, self.log).resources.get("server")
+            if recorded != server:
+                self.log(f"watchdog: {why}; not deleted: the project now names server {recorded}, not {server}")
+                self._report = None
+                return
         self.log(f"watchdog: {why}; deleting the server with your credential (the volumes stay)")
         notify("gpu-rent: deleting the VM its idle-killer could not", why)
-        server = self.server_id
         rental = Rental(self.settings, say=self.log, progress=_logged(self.log), cancel=self.cancel)
         try:
             await asyncio.to_thread(rental.stop)

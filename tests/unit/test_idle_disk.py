@@ -10,6 +10,7 @@ stuck disk ends in a delete instead of a VM whose ticks all hang. Here the hang 
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 import pytest
@@ -56,3 +57,33 @@ def test_a_tick_on_a_hung_data_volume_ends_in_seconds_counting_it_as_capped_trou
     assert status["memory"]["troubled_since"] == status["tick_at"]
     again = idle_killer.tick(cfg, say=print)  # the child left behind holds no lock: the next tick goes on
     assert again["memory"]["troubled_since"] == status["tick_at"], again
+
+
+def test_the_child_keeps_no_descriptor_but_its_pipe_and_a_torn_answer_is_a_failed_look(tmp_path):
+    lock = open(tmp_path / "lock", "w")  # noqa: SIM115 - as the status lock is held across the child
+    fds = in_a_child(lambda: sorted(int(fd) for fd in os.listdir("/proc/self/fd")), 5)
+    lock.close()
+    assert fds[:3] == [0, 1, 2] and len(fds) <= 5, fds  # stdio, its pipe's end, and listdir's own
+
+    def torn():  # half an answer into the child's one pipe, then gone: as a child killed mid-write
+        pipe = next(fd for fd in range(3, 64) if _is_pipe(fd))
+        os.write(pipe, b'{"answer": [1, 2')
+        os._exit(0)
+
+    with pytest.raises(OSError):
+        in_a_child(torn, 5)
+
+
+def test_a_slow_walk_of_models_never_hides_the_hold(tmp_path, swarm, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(idle_killer, "fresh_downloads", lambda dirs, now: time.sleep(60))
+    (tmp_path / "hold").write_text(f"{time.time() + 600:.0f} 11111111-2222-3333-4444-555555555555\n")
+    cfg = config(tmp_path, swarm.port, disk_seconds=1)
+    status = idle_killer.tick(cfg, say=print)
+    assert status["reason"].startswith("hold for 10 min more"), status["reason"]
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False

@@ -136,20 +136,21 @@ def test_a_nova_that_fails_is_unreachable_and_tried_again(tmp_path, cloud_answer
 def test_a_vm_that_is_another_server_never_uses_the_credential(tmp_path, cloud_answering):
     """A kept boot volume under a new server, before up arms it: the old config names the VM before."""
     cloud = cloud_answering(200, {"server": {"id": SERVER}})
-    (tmp_path / "instance-data.json").write_text(json.dumps({"v1": {"instance_id": "the-new-server"}}))
+    new = "99999999-8888-7777-6666-555555555555"
+    (tmp_path / "instance-data.json").write_text(json.dumps({"v1": {"instance_id": new}}))
     cfg = config(tmp_path, cloud, idle_seconds=0, grace_seconds=0)
     result = idle_killer.check_and_record(cfg)
-    assert result["state"] == "refused" and "this VM is server the-new-server" in result["message"]
+    assert result["state"] == "refused" and f"this VM is server {new}" in result["message"]
     credential: dict = {}
     acted = idle_killer.delete_self(cfg, credential, 0.0, print, "idle")
-    assert acted["acted"].startswith("CREDENTIAL REFUSED, not deleted: this VM is server the-new-server")
+    assert acted["acted"].startswith(f"CREDENTIAL REFUSED, not deleted: this VM is server {new}")
     assert cloud.asked == [] and not Path(cfg.last_words_file).exists()  # nothing asked, nothing written
 
 
 @pytest.mark.parametrize(
     "text",
-    ["", "{", "[]", '{"v1": null}', '{"v1": {"instance_id": ""}}'],
-    ids=["empty", "torn", "list", "null", "blank"],
+    ["", "{", "[]", '{"v1": null}', '{"v1": {"instance_id": ""}}', '{"v1": {"instance_id": "i-0000abcd"}}'],
+    ids=["empty", "torn", "list", "null", "blank", "ec2-datasource"],
 )
 def test_cloud_inits_record_unreadable_trusts_the_config(tmp_path, cloud_answering, text):
     cloud = cloud_answering(200, {"server": {"id": SERVER}})

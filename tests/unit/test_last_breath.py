@@ -69,3 +69,13 @@ def test_a_refused_credential_at_the_poweroff_is_said_loudly(tmp_path, cloud_ans
     line = last_breath(config(tmp_path, cloud), POWEROFF, lambda _: None)
     assert line.startswith("<2>last breath: this poweroff leaves the server SHUT OFF and billing: Nova refused GET")
     assert not Path(tmp_path / "lib").exists()
+
+
+def test_the_hypervisors_power_button_is_the_clouds_doing_not_the_guests(tmp_path, cloud_answering):  # noqa: F811
+    """A stop below Nova (host maintenance through libvirt-guests): Nova shows ACTIVE with no task, and the
+    guest sees an ACPI power button, which systemd-logind logs; the VM may come back, so it stays."""
+    cloud = cloud_answering(200, {"server": {"id": SERVER, "status": "ACTIVE", "OS-EXT-STS:task_state": None}})
+    logind = "New seat seat0.\nPower key pressed short.\nPowering off...\n"
+    line = last_breath(config(tmp_path, cloud), POWEROFF, lambda _: None, logind=logind)
+    assert line.startswith("<6>last breath: the cloud is stopping it (the power button was pressed"), line
+    assert "DELETE" not in {a[0] for a in cloud.asked}

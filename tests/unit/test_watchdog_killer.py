@@ -1,0 +1,55 @@
+"""The watchdog acts on the killer's report only while it reads it: a read that fails (SSH down or slow, a
+reboot's empty /run, a laptop just awake) forgets the report, so an old one is never taken for silence and
+a VM at work is never deleted by the laptop (watch/watchdog.py _keep_killer_report, _judge_killer)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gpu_rent.project import settings as config
+from gpu_rent.watch import watchdog
+
+
+class Refusing:
+    """Rental as the watchdog would build it: the test fails if it is asked to stop anything."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def stop(self):
+        raise AssertionError("the watchdog deleted the server")
+
+
+@pytest.fixture
+def session(dead_cloud_project, monkeypatch):
+    monkeypatch.setattr(watchdog, "Rental", Refusing)
+    monkeypatch.setattr(watchdog, "notify", lambda *a: None)
+    said: list[str] = []
+    s = watchdog.Session(config.load(dead_cloud_project, with_cloud=False), said.append, forward=False)
+    s.server_id = "s1"
+    return s
+
+
+def test_a_report_not_read_again_is_forgotten_and_never_judged_as_silence(session):
+    # idle, firing in a minute, read 20 minutes ago: then the reads failed (no connection here)
+    session._report = {"server_id": "s1", "tick_at": 1.0, "tick_seconds": 60, "action": "keep",
+                       "reason": "queue empty", "fires_at": 61.0, "credential": {"state": "ok"}}  # fmt: skip
+    session._report_seen_at = time.time() - 1200
+    asyncio.run(session._keep_killer_report())
+    assert session._report is None
+    asyncio.run(session._judge_killer())  # nothing to judge: Refusing.stop would fail the test
+
+
+def test_a_refused_killer_is_not_deleted_when_the_project_names_another_server(session, monkeypatch):
+    said: list[str] = []
+    session._log = said.append
+    session._report = {"server_id": "s1", "tick_at": 1.0, "action": "delete", "reason": "idle",
+                       "acted": "CREDENTIAL REFUSED, cannot delete this server: no"}  # fmt: skip
+    session._report_seen_at = time.time()
+    session.store.path.parent.mkdir(parents=True, exist_ok=True)
+    session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s2"}}')
+    asyncio.run(session._judge_killer())
+    assert any("not deleted: the project now names server s2, not s1" in line for line in said), said
