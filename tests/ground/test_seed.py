@@ -425,7 +425,7 @@ def test_civitai_token_stays_secret_while_the_lock_and_progress_show_the_downloa
         wait_until("the download to start", lambda: host.exists(part), 120)
         until = int(host.sh(f"cat {LOCK}"))
         now = int(host.sh("date +%s"))
-        assert now + 115 * 60 <= until <= now + 120 * 60
+        assert now + 5 * 60 <= until <= now + 10 * 60  # seed_lock_minutes: short, each download refreshes it
         progress = wait_until("a progress line with bytes done", lambda: _progress(host), 30)
         assert progress["stage"] == "models: civ model.safetensors" and progress["total"] == len(data)
         assert 0 < progress["done"] <= 1024 * 1024
