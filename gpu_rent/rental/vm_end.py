@@ -32,8 +32,10 @@ SLACK_SECONDS = 120
 # ... and this long after it (a tick, retries, Nova's own time): a delete later than that came after
 # work moved the deadline, or from someone else, and is not put on the killer on a stale report.
 LATE_SECONDS = 600
-# how a report says its DELETE did not go through (idle_killer.delete_self)
-FAILED = ("delete failed", "CREDENTIAL REFUSED")
+# how a report's `acted` says its DELETE did not go through (idle_killer.delete_self): refused for good, or
+# failed this tick (tried again at the next); the watchdog reads the same words (watch/decision.blind_killer)
+DELETE_REFUSED, DELETE_FAILED = "CREDENTIAL REFUSED", "delete failed"
+FAILED = (DELETE_FAILED, DELETE_REFUSED)
 
 KILLER, ELSEWHERE = "idle-killer", "elsewhere"
 
@@ -47,12 +49,12 @@ def judge(server_id: str, deleted_at: float | None, seen: dict | None) -> dict:
     end = {"server_id": server_id, "at": deleted_at, "by": ELSEWHERE, "reason": None, "source": "nova"}
     if not seen or seen.get("server_id") != server_id:
         return end
-    tick_at = _number(seen.get("tick_at"))
+    tick_at = number(seen.get("tick_at"))
     took = not str(seen.get("acted") or "").startswith(FAILED)
     if seen.get("action") == "delete" and (took or _near(deleted_at, tick_at)):
-        at = deleted_at or _number(seen.get("deleted_at")) or tick_at
+        at = deleted_at or number(seen.get("deleted_at")) or tick_at
         return {**end, "at": at, "by": KILLER, "reason": seen.get("reason"), "source": "report"}
-    fires_at = _number(seen.get("fires_at"))
+    fires_at = number(seen.get("fires_at"))
     if fires_at and tick_at and _near(deleted_at, fires_at):
         said = f"its report at {_clock(tick_at)}: {seen.get('reason')}; fires at {_clock(fires_at)}"
         return {**end, "by": KILLER, "reason": said, "source": "deadline"}
@@ -66,7 +68,7 @@ def _near(deleted_at: float | None, moment: float | None) -> bool:
 
 def from_last_words(words: dict) -> dict:
     """The end the killer itself wrote on the boot volume (read by the next up)."""
-    at = _number(words.get("deleted_at")) or _number(words.get("at"))
+    at = number(words.get("deleted_at")) or number(words.get("at"))
     return {
         "server_id": str(words.get("server_id") or ""),
         "at": at,
@@ -83,7 +85,7 @@ def stopped(server_id: str, now: float, command: str = "stop", reason: str | Non
 
 def line(end: dict) -> str:
     """One line: "deleted by the idle-killer at 14:32 (queue empty, ... idle for 30 min)"."""
-    at = _number(end.get("at"))
+    at = number(end.get("at"))
     when = f" at {_clock(at)}" if at else " (time unknown)"
     reason = f" ({end['reason']})" if end.get("reason") else ""
     if end.get("by") == KILLER:
@@ -96,7 +98,8 @@ def line(end: dict) -> str:
     )
 
 
-def _number(value: object) -> float | None:
+def number(value: object) -> float | None:
+    """A JSON number as a float; None for anything else (a bool, text, null): the reports are the VM's."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)

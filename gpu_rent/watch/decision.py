@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpu_rent.rental.vm_end import DELETE_FAILED, DELETE_REFUSED, number
+
 # How often the watchdog looks at the server (`--watch-seconds`).
 WATCH_SECONDS = 30.0
 
@@ -81,8 +83,6 @@ def may_recover(recent: list[float], now: float) -> bool:
 KILLER_PATIENCE_TICKS = 3
 KILLER_TICK_SECONDS = 60.0  # the killer's timer (idle_killer_tick_seconds), when its report does not say
 KILLER_SLOW_TICK_SECONDS = 300.0  # more than a slow tick may take beyond its interval (its unit's timeout)
-# how a report says its DELETE did not go through (idle_killer.delete_self; rental/vm_end.FAILED the same)
-_REFUSED, _FAILED = "CREDENTIAL REFUSED", "delete failed"
 
 
 class Blind(StrEnum):
@@ -100,30 +100,24 @@ def blind_killer(report: dict, seen_at: float, now: float, failed_ticks: int) ->
     VM's clock is only ever compared with itself, and the caller keeps it only while every read since
     succeeded (a read that fails says nothing of the killer); failed_ticks: the reports in a row whose
     delete failed."""
-    tick = _number(report.get("tick_seconds")) or KILLER_TICK_SECONDS
+    tick = number(report.get("tick_seconds")) or KILLER_TICK_SECONDS
     # a tick may run up to its unit's TimeoutStartSec (3 ticks + 240 s, roles/idle_killer) before the next
     patience = KILLER_PATIENCE_TICKS * tick + KILLER_SLOW_TICK_SECONDS
     acted = str(report.get("acted") or "")
     reason = str(report.get("reason") or "no reason given")
     silent = now - seen_at > patience
     if report.get("action") == "delete":
-        if acted.startswith(_REFUSED):
+        if acted.startswith(DELETE_REFUSED):
             return Blind.DELETE, f"the idle-killer decided the VM goes ({reason}) but cannot delete it: {acted}"
-        if acted.startswith(_FAILED) and failed_ticks >= KILLER_PATIENCE_TICKS:
+        if acted.startswith(DELETE_FAILED) and failed_ticks >= KILLER_PATIENCE_TICKS:
             return Blind.DELETE, f"the idle-killer's delete failed {failed_ticks} ticks in a row ({acted})"
         if silent:
             return Blind.DELETE, f"the idle-killer decided the VM goes ({reason}) and has said nothing since"
         return None
-    fires_at, tick_at = _number(report.get("fires_at")), _number(report.get("tick_at"))
+    fires_at, tick_at = number(report.get("fires_at")), number(report.get("tick_at"))
     if fires_at and tick_at and silent and now - (seen_at + fires_at - tick_at) > patience:
         return Blind.DELETE, "the idle-killer is silent past its deadline (a guest that stopped ticking)"
     credential = report.get("credential") if isinstance(report.get("credential"), dict) else {}
     if credential.get("state") == "refused":
         return Blind.NOTIFY, f"the idle-killer cannot delete this VM: {credential.get('message')}"
     return None
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)

@@ -297,7 +297,7 @@ class Session:
             return
         await asyncio.to_thread(vm_end.write, self.settings.runtime_dir, vm_end.SEEN_FILE, report)
         if report.get("tick_at") != (self._report or {}).get("tick_at"):  # a tick since the last read
-            failed = report.get("action") == "delete" and str(report.get("acted")).startswith("delete failed")
+            failed = report.get("action") == "delete" and str(report.get("acted")).startswith(vm_end.DELETE_FAILED)
             self._failed_ticks = self._failed_ticks + 1 if failed else 0
             self._report, self._report_seen_at = report, time.time()
 
