@@ -467,7 +467,7 @@ def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observat
     seen = Observation(
         now=now,
         booted_at=max(float(status.get("booted_at") or now), cfg.armed_at),
-        restored_at=_restored_at(cfg, status),
+        restored_at=status.get("restored_at"),
         status=swarm.status,
         error=swarm.error,
         backends=swarm.backends,
@@ -503,6 +503,7 @@ def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
     path = Path(cfg.status_file)
     before = load_status(path)
     before = restore(cfg, before, now) or before
+    before["restored_at"] = _restored_at(cfg, before)  # once: observe() and the status file read it
     seen, swarm, comfy = observe(cfg, before, now, disk)
     memory = Memory(**before["memory"])
     decision = decide(seen, cfg.limits(), memory)
@@ -511,7 +512,7 @@ def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
     status = {
         "server_id": cfg.server_id,
         "booted_at": before.get("booted_at") or now,
-        "restored_at": _restored_at(cfg, before),  # this boot came back with the memory of the life before
+        "restored_at": before["restored_at"],  # this boot came back with the memory of the life before
         "armed_at": cfg.armed_at,
         "tick_at": now,
         "tick_seconds": cfg.tick_seconds,  # how long the laptop's watchdog waits for the next before it acts

@@ -145,7 +145,7 @@ class Rental:
             except OperationFailed as e:
                 name = resource_names(self.settings.name)["server"]
                 if self.unguarded:
-                    self._unguarded_end(state, conn, name, made=creates_server and not e.canceled)
+                    self._unguarded_end(state, name, made=creates_server and not e.canceled)
                 warning = unguarded(state, name, created=creates_server, armed=self.killer_armed, before=before)
                 if warning:
                     raise OperationFailed(f"{e}; {warning}", canceled=e.canceled) from None
@@ -154,7 +154,7 @@ class Rental:
                 handover.unlink(missing_ok=True)
             return state, result
 
-    def _unguarded_end(self, state: State, conn, name: str, *, made: bool) -> None:
+    def _unguarded_end(self, state: State, name: str, *, made: bool) -> None:
         """The VM's killer proved it cannot delete the VM (docs/idle-killer.md, "When the proof is refused").
         A server this up made is deleted now, the volumes kept: the cause is the cloud's configuration,
         which no later tick mends, and a closed lid would leave it billing until someone looks. A server
