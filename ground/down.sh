@@ -26,6 +26,10 @@ for backing in "$S"/hosts/volumes/*.img; do
   [ -e "$backing" ] || continue
   for loop in $(losetup -j "$backing" -O NAME -n 2>/dev/null); do losetup -d "$loop"; done
 done
+if [ -f "$RUN/metadata-rule" ]; then
+  eval "iptables -t nat -D $(cat "$RUN/metadata-rule")" 2>/dev/null
+  rm -f "$RUN/metadata-rule"
+fi
 if [ -f "$RUN/bridge" ]; then
   bridge=$(cat "$RUN/bridge")
   ip link show "$bridge" >/dev/null 2>&1 && ip link del "$bridge"

@@ -13,6 +13,8 @@ EXT_GW=${EXT_CIDR%.*}.1
 PODNET=gpu-rent-ground
 # The cloud APIs a VM talks to itself (the idle-killer): Keystone, Nova, and Neutron for its floating IP.
 HOST_API_PORTS=5000,8774,9696
+# Neutron's metadata proxy port (haproxy's in a router namespace); the hosts' 169.254.169.254:80 lands here
+METADATA_PROXY_PORT=9697
 COMPUTES="c1 c2"
 POOLS="ru-7a ru-7b"
 T_START=${T_START:-$(date +%s)}

@@ -29,8 +29,10 @@ rm -rf "$GROUND_SRC/ext/build" "$GROUND_SRC"/ext/*.egg-info
 # hex: a urlsafe token may begin with '-', and keystone-manage then took it for an option (1 ground in 64)
 secret() { python3 -c 'import secrets; print(secrets.token_hex(16))'; }
 GROUND_ADMIN_PASSWORD=$(secret) GROUND_MEMBER_PASSWORD=$(secret) GROUND_SERVICE_PASSWORD=$(secret)
-export GROUND_ADMIN_PASSWORD GROUND_MEMBER_PASSWORD GROUND_SERVICE_PASSWORD
+GROUND_METADATA_SECRET=$(secret)  # Neutron's metadata proxy and Nova's metadata API share it
+export GROUND_ADMIN_PASSWORD GROUND_MEMBER_PASSWORD GROUND_SERVICE_PASSWORD GROUND_METADATA_SECRET
 umask 077
+echo "$GROUND_METADATA_SECRET" > "$ETC/metadata-secret"
 cat > "$G/clouds.yaml" <<CONF
 clouds:
   ground:

@@ -3,7 +3,7 @@
 # MariaDB, RabbitMQ, Keystone, Placement, Glance, Nova (fake virt, one compute
 # per pool), Neutron (ML2 with our bind-every-port driver), Cinder (one
 # storage-less backend per pool). Every process is recorded in $RUN/*.pid.
-# Needs GROUND_ADMIN_PASSWORD, GROUND_MEMBER_PASSWORD, GROUND_SERVICE_PASSWORD.
+# Needs GROUND_ADMIN_PASSWORD, GROUND_MEMBER_PASSWORD, GROUND_SERVICE_PASSWORD, GROUND_METADATA_SECRET.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 B=$OSVENV/bin
@@ -139,6 +139,9 @@ $(auth_section nova)
 [placement]
 $(auth_section nova)
 [neutron]
+# the metadata API behind Neutron's proxy, as on a real cloud (ground/ext/gpu_rent_ground/metadata_proxy.py)
+service_metadata_proxy = True
+metadata_proxy_shared_secret = $GROUND_METADATA_SECRET
 $(auth_section nova)
 [cinder]
 os_region_name = RegionOne
@@ -310,9 +313,11 @@ serve placement-api placement.wsgi.api:application 8778
 serve glance-api glance.wsgi.api:application 9292
 printf '[DEFAULT]\nlog_file = %s\n' "$LOG/nova-api.log" > "$ETC/nova/nova-api.conf"
 OS_NOVA_CONFIG_FILES="api-paste.ini;nova.conf;nova-api.conf" serve nova-api nova.wsgi.osapi_compute:application 8774
+printf '[DEFAULT]\nlog_file = %s\n' "$LOG/nova-metadata.log" > "$ETC/nova/nova-metadata.conf"
+OS_NOVA_CONFIG_FILES="api-paste.ini;nova.conf;nova-metadata.conf" serve nova-metadata nova.wsgi.metadata:application 8775
 serve neutron-api neutron.wsgi.api:application 9696
 serve cinder-api cinder.wsgi.api:application 8776 --config-file "$ETC/cinder/cinder.conf" --log-file "$LOG/cinder-api.log"
-for port in 8778 9292 8774 9696 8776; do wait_http "http://$API:$port/" 120; done
+for port in 8778 9292 8774 8775 9696 8776; do wait_http "http://$API:$port/" 120; done
 log "all APIs answer"
 # RPC services only now: a compute that cannot reach placement at start-up
 # creates its resource provider only at the next periodic run (60 s later)

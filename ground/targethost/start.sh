@@ -30,6 +30,16 @@ start_bg git-daemon "$LOG/git-daemon.log" git daemon --reuseaddr --export-all --
 start_bg api-forward "$LOG/api-forward.log" "$OSVENV/bin/python" -m gpu_rent_ground.forward \
   --listen "$EXT_GW" --to "$API" --ports "$HOST_API_PORTS"
 
+# The metadata service at 169.254.169.254, as a Neutron router gives it to its VMs: port 80 of that address,
+# coming from the hosts' bridge, is redirected to the proxy on the gateway (metadata_proxy.py says how
+# upstream does it). Only packets arriving on the bridge: this machine's own 169.254.169.254 is untouched.
+start_bg metadata-proxy "$LOG/metadata-proxy.log" env OS_CLIENT_CONFIG_FILE="$G/clouds.yaml" OS_CLOUD=ground-admin \
+  "$OSVENV/bin/python" -m gpu_rent_ground.metadata_proxy --listen "$EXT_GW:$METADATA_PROXY_PORT" \
+  --nova "http://$API:8775" --secret-file "$ETC/metadata-secret"
+metadata_rule=(PREROUTING -i "$bridge" -d 169.254.169.254/32 -p tcp --dport 80 -j REDIRECT --to-ports "$METADATA_PROXY_PORT")
+iptables -t nat -C "${metadata_rule[@]}" 2>/dev/null || iptables -t nat -A "${metadata_rule[@]}"
+printf '%q ' "${metadata_rule[@]}" > "$RUN/metadata-rule"
+
 start_bg agent "$LOG/agent.log" env OS_CLIENT_CONFIG_FILE="$G/clouds.yaml" OS_CLOUD=ground-admin \
   "$OSVENV/bin/python" -m gpu_rent_ground.agent --state "$S/hosts" \
   --image localhost/gpu-rent-ground-host:3 --network "$PODNET" \
@@ -38,4 +48,5 @@ start_bg agent "$LOG/agent.log" env OS_CLIENT_CONFIG_FILE="$G/clouds.yaml" OS_CL
 sleep 1
 alive "$(cat "$RUN/agent.pid")" || die "the ground agent did not start, see $LOG/agent.log"
 alive "$(cat "$RUN/api-forward.pid")" || die "the API forwarder did not start, see $LOG/api-forward.log"
-log "target hosts: network $PODNET ($EXT_CIDR), SwarmUI stand-in at git://$EXT_GW/SwarmUI.git, agent running"
+alive "$(cat "$RUN/metadata-proxy.pid")" || die "the metadata proxy did not start, see $LOG/metadata-proxy.log"
+log "target hosts: network $PODNET ($EXT_CIDR), SwarmUI stand-in at git://$EXT_GW/SwarmUI.git, metadata at 169.254.169.254, agent running"

@@ -85,3 +85,50 @@ def test_agent_reports_the_hosts_it_runs(host):
     server, _, address = host
     status = json.loads((GROUND / "state/hosts/agent-status.json").read_text())
     assert status["hosts"][server.id]["address"] == address
+
+
+def test_each_host_reads_its_own_server_from_the_metadata_service(host, member_conn):
+    """169.254.169.254 answers as on a real cloud: Nova's metadata API behind Neutron's signing proxy, the
+    instance found from the asking host's address, the server's metadata there once set through the API."""
+    server, _, address = host
+    meta_url = "http://169.254.169.254/openstack/latest/meta_data.json"
+    said = json.loads(ssh(address, f"curl -sf --max-time 10 {meta_url}").stdout)
+    assert said["uuid"] == server.id
+    assert said["project_id"] == member_conn.current_project_id
+    member_conn.compute.set_server_metadata(server, gpu_rent_probe="seen")
+
+    # Nova's metadata API caches an instance's answer for metadata_cache_expiration (15 s by default)
+    def meta() -> dict:
+        return json.loads(ssh(address, f"curl -sf --max-time 10 {meta_url}").stdout or "{}").get("meta", {})
+
+    wait_until("the server's metadata in the metadata service", lambda: meta().get("gpu_rent_probe") == "seen", 40, 2)
+
+
+def test_the_metadata_api_refuses_an_unsigned_or_foreign_instance_id(host):
+    """The real Nova checks the proxy's HMAC: a request naming an instance without the shared secret is
+    refused (so a host could not read another server's metadata by forging headers to Nova)."""
+    server, _, _ = host
+    url = "http://127.0.0.1:8775/openstack/latest/meta_data.json"
+    forged = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"X-Instance-ID: {server.id}",
+                             "-H", "X-Tenant-ID: x", "-H", "X-Instance-ID-Signature: 00", url],
+                            capture_output=True, text=True)  # fmt: skip
+    assert forged.stdout == "403"
+
+
+def test_a_guest_poweroff_shows_shutoff_and_a_reboot_comes_back(cloud, net, member_conn):
+    """As on a real cloud (agent.py GUEST_SHUTDOWN_NOTES): `reboot` inside keeps the server ACTIVE and the
+    host comes back; `poweroff` inside turns the server SHUTOFF, which bills, and the host is gone."""
+    boot, data = cloud.volume(10, image=True), cloud.volume(4)
+    server = cloud.server(net, boot, data, key_name=cloud.keypair())
+    address = cloud.floating_ip(server)
+    wait_for_ssh(address)
+    first_boot = ssh(address, "cat /proc/sys/kernel/random/boot_id; cat /proc/1/stat").stdout
+    ssh(address, "systemctl --no-block reboot")
+    wait_until("the host back from its reboot", lambda: ssh(address, "cat /proc/sys/kernel/random/boot_id; "
+               "cat /proc/1/stat").stdout not in ("", first_boot), 90, 1)  # fmt: skip
+    assert member_conn.compute.get_server(server.id).status == "ACTIVE"
+
+    ssh(address, "systemctl --no-block poweroff")
+    wait_until("the server SHUTOFF", lambda: member_conn.compute.get_server(server.id).status == "SHUTOFF", 60, 1)
+    assert _gone(address)
+    assert {member_conn.block_storage.get_volume(v.id).status for v in (boot, data)} == {"in-use"}

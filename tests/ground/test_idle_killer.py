@@ -490,7 +490,7 @@ def test_the_credential_is_refused_for_all_but_reading_and_deleting_its_own_serv
 
 def test_a_reboot_inside_the_guest_keeps_the_server_and_its_killer(vm):
     """The last breath runs at every shutdown and acts on a poweroff only: a reboot stays a reboot (the ground's
-    agent starts a host that stopped by itself again, as a VM's own reboot comes back)."""
+    agent starts a host that rebooted again, as a VM's own reboot comes back)."""
     address, server = vm.address, vm.server
     assert ssh(address, "systemctl is-active gpu-rent-last-breath.service").stdout.split() == ["active"]
     assert ssh(address, "touch /run/gpu-rent-this-boot").returncode == 0  # /run: gone after a boot

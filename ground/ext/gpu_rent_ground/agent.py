@@ -19,6 +19,8 @@ agent keeps podman containers in step with the cloud, every two seconds (COST_NO
   on loopback (forward.py), so a VM's idle-killer talks to Keystone, Nova and Neutron as on a real cloud;
 - when the server is deleted, shelved, stopped or loses its floating IP, its
   container is removed and the address stops answering;
+- a guest that powers itself off shows SHUTOFF in Nova, as on a real cloud; one that reboots comes
+  back (GUEST_SHUTDOWN_NOTES);
 - backing files and root filesystems of volumes Cinder no longer has are
   deleted.
 
@@ -105,8 +107,20 @@ DETAILS_TTL = 20.0  # seconds a server's details (its attachments) are used befo
 SIZES_EVERY = 4.0  # seconds between looks at the attached volumes' sizes (resize-data waits on the growth)
 # `podman ps` costs a podman process per call (3 % of the machine at a tick every two seconds): the
 # containers are read again when what should run changed, after the agent started or stopped one, and
-# at this interval (a host that stopped by itself, e.g. powered off inside, comes back within it).
+# at this interval (a host that stopped by itself is seen within it: a reboot comes back, a power-off
+# turns its server SHUTOFF, GUEST_SHUTDOWN_NOTES).
 CONTAINERS_EVERY = 10.0
+# GUEST_SHUTDOWN_NOTES: on a VM, `poweroff` inside the guest stops the domain; libvirt tells nova-compute,
+# whose power-state sync finds the instance "shutdown by itself" and calls the stop API
+# (nova/compute/manager.py `_sync_instance_power_state`: compute_api.force_stop), so the server shows
+# SHUTOFF and, on most clouds, Selectel's included, bills on. A `reboot` comes back as the same server.
+# A host here gets CAP_SYS_BOOT, as root on a VM has it: reboot(2) in a PID namespace ends that
+# namespace's init with SIGHUP for a restart and SIGINT for a power-off or halt (kernel/pid_namespace.c
+# `reboot_pid_ns`), so podman reports the container exited with 129 or 130. The agent starts a host
+# again after 129 (and after anything else, as before), and after 130 asks Nova to stop the server
+# as the power sync does; Nova's fake driver has no guest to tell it.
+EXIT_REBOOT, EXIT_POWEROFF = 128 + signal.SIGHUP, 128 + signal.SIGINT
+STOPPED_SECONDS = 30.0  # not started again this long after a stop was asked (Nova turns it SHUTOFF within it)
 log = logging.getLogger("ground-agent")
 
 
@@ -163,6 +177,7 @@ class Agent:
         self.containers: dict[str, dict] = {}
         self.containers_read = 0.0
         self.containers_for: object = None  # what was wanted when the containers were read
+        self.powered_off: dict[str, float] = {}  # server id -> when its guest's power-off was handed to Nova
 
     # ---------------------------------------------------------------- cloud
     def wanted(self) -> dict[str, tuple[object, str]]:
@@ -247,7 +262,9 @@ class Agent:
             "--label", f"{LABEL}.volumes={','.join(d.volume_id for d in spec.disks)}",
             "--network", self.network, "--ip", spec.address, "--hostname", spec.hostname,
             # SYS_RESOURCE: root on a VM grows a mounted ext4 online (resize2fs), as resize-data does
-            "--systemd=always", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_RESOURCE", *devices,
+            # SYS_BOOT: a reboot or power-off inside ends the host with its own exit code (GUEST_SHUTDOWN_NOTES)
+            "--systemd=always", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_RESOURCE", "--cap-add", "SYS_BOOT",
+            *devices,
             # BOOT_NOTES 1: the /dev/disk links, then /sbin/init
             "--rootfs", str(rootfs), f"/{BOOT_SCRIPT}", *(f"{d.guest_device}={d.volume_id[:20]}" for d in spec.disks),
         )  # fmt: skip
@@ -367,7 +384,12 @@ class Agent:
                     continue
             self.containers_read = 0.0  # before anything later in this tick can raise
             self.stop(name, container)
+            powered_off = container.get("State") == "exited" and container.get("ExitCode") == EXIT_POWEROFF
+            if server_id in wanted and powered_off:
+                self._powered_off(server_id)
         for server_id, (server, address) in wanted.items():
+            if server_id in self.powered_off and time.monotonic() - self.powered_off[server_id] < STOPPED_SECONDS:
+                continue  # Nova turns it SHUTOFF: not started again meanwhile
             if server_id not in hosts:
                 spec = self.spec(server, address)
                 if spec is None:
@@ -387,6 +409,15 @@ class Agent:
             self.collect_garbage(self.containers_now(wanted))
             self.last_gc = time.monotonic()
         return hosts
+
+    def _powered_off(self, server_id: str) -> None:
+        """The guest powered itself off: what nova-compute's power sync does then (GUEST_SHUTDOWN_NOTES)."""
+        self.powered_off[server_id] = time.monotonic()
+        try:
+            self.conn.compute.stop_server(server_id)
+            log.info("server %s: guest powered off, stopped in Nova (SHUTOFF)", server_id)
+        except os_exc.SDKException as e:  # deleted meanwhile (the idle-killer's last breath), or a task runs
+            log.info("server %s: guest powered off; not stopped in Nova: %s", server_id, e)
 
     def _grow_if_extended(self, servers: list) -> None:
         """Cinder extend: grow the backing file, then tell the loop device (one volume list for all)."""
