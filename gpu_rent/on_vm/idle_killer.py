@@ -37,7 +37,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import stat
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import paths
+from . import handoff, paths
 from .idle_decision import (
     DELETE,
     OUR_START_SCRIPT,
@@ -83,7 +82,6 @@ from .idle_look import (
 CRIT, WARNING, INFO = "<2>", "<4>", "<6>"
 GPU_FIELDS = ("index", "utilization", "memory_used")  # the status file's names of nvidia-smi's columns
 RETRY_PAUSE = 2.0  # seconds before the second try of a transient failure, doubled for the third
-NOVA_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a server's uuid
 
 
 @dataclass(frozen=True)
@@ -122,8 +120,9 @@ class Config:
     restore_grace_seconds: float = 600  # after such a restore: not deleted, trouble not counted
     credential_expires_at: str | None = None
     credential_check_seconds: float = 900  # how often a quiet tick proves the credential still works
-    # cloud-init's record of this boot (in /run: never a boot before), whose v1.instance_id is the server this
-    # VM is; absent (no cloud-init): the config's server_id is trusted
+    # Who this VM is and the credential handed to it (handoff.py): the metadata service (empty: not asked),
+    # else cloud-init's record of this boot (in /run: never a boot before); neither: server_id is trusted
+    metadata_url: str = ""
     instance_data_file: str = "/run/cloud-init/instance-data.json"
     tick_seconds: float = 60  # the timer's interval: a deadline before the next tick is waited for
     disk_seconds: float = 5  # how long a tick waits for the data volume's reads before it counts as trouble
@@ -298,24 +297,79 @@ def show_own_server(cfg: Config, login: tuple[str, list] | None = None) -> tuple
 
 
 def own_instance_id(cfg: Config) -> str | None:
-    """The server this VM is, as cloud-init read it from the metadata service at this boot; None: not known.
-    Only a Nova server id counts (the OpenStack and ConfigDrive datasources give it): an Ec2 or NoCloud
-    datasource's instance id is another name, and compared with the config it would refuse every proof."""
-    try:
-        data = json.loads(Path(cfg.instance_data_file).read_text())
-        found = str((data.get("v1") or {}).get("instance_id") or "")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return found if NOVA_ID.fullmatch(found) else None
+    """The server this VM is (handoff.instance_id): the metadata service's word, else cloud-init's."""
+    return handoff.instance_id(handoff.read_metadata(cfg.metadata_url), cfg.instance_data_file)
 
 
 def not_this_server(cfg: Config) -> str | None:
     """Why this config must never act here: it names another server (a kept boot volume under a new VM
-    whose arm has not come yet, where the old credential would delete nothing, or worse, another VM)."""
+    that has not been handed its credential yet, where the old one would delete nothing, or worse, another VM)."""
     own = own_instance_id(cfg)
     if own and own != cfg.server_id:
-        return f"this VM is server {own} but the killer is armed for {cfg.server_id}: it waits for its arm"
+        return (f"this VM is server {own} but the killer is armed for {cfg.server_id}: it waits for the credential "
+                "up hands it (the server's metadata) or its arm")  # fmt: skip
     return None
+
+
+def take_handoff(path: Path, cfg: Config, now: float) -> Config:
+    """The config after taking the credential handed to this server (handoff.adopted_config), written root only
+    where the config is, under the config's lock (the arm writes it too); unchanged when none was handed or the
+    config holds it already. Another credential for the same server is taken only once Nova proves it."""
+    meta = handoff.read_metadata(cfg.metadata_url)
+    own = handoff.instance_id(meta, cfg.instance_data_file)
+    given = handoff.handed(meta)
+    if not own or given is None:
+        return cfg
+    try:
+        with config_lock(path):
+            raw = json.loads(path.read_text())
+            new = handoff.adopted_config(raw, own, given, now, written_at=cfg.armed_at)
+            if new is None:
+                return cfg
+            if raw.get("server_id") == own:
+                own_server(replace(cfg, credential_id=given.credential_id, credential_secret=given.credential_secret))
+            write_config(path, config_text(new))
+            taken = Config.load(path)
+    except (CredentialRefused, Unreachable, OSError, ValueError, TypeError, AttributeError) as e:
+        # the config as it was goes on (and for another server, never acts)
+        print(f"{WARNING}the credential handed to this server was not taken: {e}", file=sys.stderr)
+        return cfg
+    print(f"{INFO}took the credential handed to server {taken.server_id}", file=sys.stderr)
+    return taken
+
+
+@contextlib.contextmanager
+def config_lock(path: Path):
+    """One writer of the config at a time: a tick taking a handoff and the role's arm."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
+def config_text(raw: dict) -> str:
+    """A config as the program writes it itself: one stable form, so the same content is the same file."""
+    return json.dumps(raw, indent=4, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def filled(text: str, held_path: Path) -> str:
+    """The arm's config with its secret: the role leaves it out (null) when up handed the credential to the
+    server, and the VM has it already (the config it holds) or reads it where up put it (the metadata)."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return text  # refused in words by write_config's load
+    if not isinstance(raw, dict) or raw.get("credential_secret") or not raw.get("credential_id"):
+        return text
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        held = json.loads(held_path.read_text())
+        if held.get("credential_id") == raw["credential_id"] and held.get("credential_secret"):
+            return config_text({**raw, "credential_secret": held["credential_secret"]})
+    handoff.forget()  # the arm comes right after up handed it: never an answer from before
+    given = handoff.handed(handoff.read_metadata(str(raw.get("metadata_url") or "")))
+    if given and given.credential_id == raw["credential_id"]:
+        return config_text({**raw, "credential_secret": given.credential_secret})
+    return text
 
 
 def delete_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
@@ -693,6 +747,21 @@ def check_and_record(cfg: Config) -> dict:
     return result
 
 
+def unhanded(cfg: Config) -> dict:
+    """The arm was given a credential handed to the server, and the VM could read it nowhere: recorded refused."""
+    where = cfg.metadata_url or "no metadata service (idle_killer_metadata_url is empty)"
+    message = (f"credential {cfg.credential_id} was handed to this server, but the VM could not read it from "
+               f"{where}; on a cloud without a metadata service set idle_killer_metadata_url to '' (it then goes "
+               "over SSH)")  # fmt: skip
+    result = {"state": "refused", "checked_at": time.time(), "message": message}
+    with status_lock(Path(cfg.status_file)):
+        status = load_status(Path(cfg.status_file))
+        status["credential"] = result
+        status.setdefault("server_id", cfg.server_id)
+        write_status(Path(cfg.status_file), status)
+    return result
+
+
 def _said(result: dict) -> str:
     return f"credential {result['state']}" + (f": {result['message']}" if result["message"] else "")
 
@@ -700,12 +769,13 @@ def _said(result: dict) -> str:
 def arm(path: Path, text: str, look_unit: str | None) -> int:
     """One line of JSON: whether the config changed, what Keystone said, and the first look's end."""
     try:
-        changed = write_config(path, text)
+        with config_lock(path):
+            changed = write_config(path, filled(text, path))
         cfg = Config.load(path)
     except (OSError, ValueError, TypeError) as e:  # UnicodeDecodeError is a ValueError
         print(f"{CRIT}idle-killer config {path} not written, this VM cannot delete itself: {e}", file=sys.stderr)
         return 2
-    result = check_and_record(cfg)
+    result = check_and_record(cfg) if cfg.credential_secret or not cfg.credential_id else unhanded(cfg)
     said = {"changed": changed, "credential_ok": result["state"] == "ok", "credential_state": result["state"],
             "credential": _said(result)}  # fmt: skip
     # An up (or seed-llm) arms before it seeds and holds the project's lock: a seeding lock here was left
@@ -740,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         return arm(Path(args.config), sys.stdin.read(), args.look)
     try:
         cfg = Config.load(Path(args.config))
+        cfg = take_handoff(Path(args.config), cfg, time.time())
     except (OSError, ValueError, TypeError) as e:
         print(f"{CRIT}idle-killer config {args.config} unusable, this VM cannot delete itself: {e}", file=sys.stderr)
         return 2

@@ -38,6 +38,7 @@ from .idle_killer import (
     delete_self,
     not_this_server,
     show_own_server,
+    take_handoff,
     with_retries,
 )
 
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = Config.load(Path(args.config))
+        cfg = take_handoff(Path(args.config), cfg, time.time())  # a poweroff before the first tick of a new server
     except (OSError, ValueError, TypeError) as e:
         print(f"{CRIT}last breath: idle-killer config {args.config} unusable, nothing deletes this VM: {e}")
         return 2

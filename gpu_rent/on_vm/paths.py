@@ -30,3 +30,7 @@ DATA_MOUNT = "/mnt/swarm_data"
 # `gpu-rent hold` writes a unix time and the server's id here; on the data volume, so a hold outlives a
 # reboot, and the id ends it with its server (idle_look.read_hold).
 HOLD_FILE = f"{DATA_MOUNT}/.gpu-rent-hold-until"
+# The server metadata key under which up hands the killer its credential, and where the VM reads it: the
+# metadata service, which answers each VM with its own server's (on_vm/handoff.py).
+HANDOFF_KEY = "gpu_rent_killer"
+METADATA_URL = "http://169.254.169.254/openstack/latest/meta_data.json"

@@ -58,6 +58,16 @@ options:
     description: A server of this name found was created by this up's lookup (rental_lookup's warm_start).
     type: bool
     default: false
+  killer:
+    description:
+      - "The idle-killer's credential, made as soon as a server made here (or by up's lookup, I(created_early))
+        is ACTIVE and handed to it as its metadata (module_utils/gpu_rent_killer_handoff.py): the credential
+        name, days, rule_path."
+    type: dict
+    suboptions:
+      name: {description: The project folder's credential name., type: str, required: true}
+      days: {description: Days the credential lives., type: int, default: 7}
+      rule_path: {description: "Access rule path; default: the compute endpoint's path + /servers/<id>.", type: str}
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -71,6 +81,11 @@ ports: {description: "The server's ports (port_info's list).", returned: when pl
 floating_ip: {description: The floating IP attached., returned: when placed with I(floating_ip), type: dict}
 boot_volume: {description: Id of the boot volume., returned: when volumes were made, type: str}
 data_volume: {description: Id of the data volume., returned: when volumes were made, type: str}
+killer:
+  description: "The idle-killer's credential handed (id, name, expires_at, access_rules, handed, seconds; never its
+    secret), or handed false and why."
+  returned: when placed with I(killer) and the server was created here or by up's lookup
+  type: dict
 """
 
 import time
@@ -83,12 +98,17 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 # was made, try elsewhere. As a collection's module, or (playbooks/library in a direct run) with
 # playbooks/module_utils beside it.
 try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_killer_handoff import (
+        KILLER_OPTIONS,
+        make_and_hand,
+    )
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import (
         NO_ROOM,
         existing,
         project_address,
     )
 except ImportError:
+    from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, make_and_hand
     from ansible.module_utils.gpu_rent_warm_start import NO_ROOM, existing, project_address
 
 
@@ -120,6 +140,7 @@ class FreshServerModule(OpenStackModule):
             ),
         ),
         created_early=dict(type="bool", default=False),
+        killer=dict(type="dict", options=KILLER_OPTIONS),
     )
 
     def run(self):
@@ -136,22 +157,32 @@ class FreshServerModule(OpenStackModule):
         changed = server is None or p["created_early"]
         # an existing one is from an up interrupted while this module waited, or from this up's lookup
         # (created_early): adopt it, name what it made
+        made_here = server is None or p["created_early"]
         server = self._create() if server is None else compute.get_server(server.id)
         address, made = self._address() if p["floating_ip"] else (None, False)  # while Nova builds
         server = self._wait(server)
-        pool = server.availability_zone or p["pool"]
-        # volumes that existed were named by the up that made them; none was made here
-        volumes = self._name_volumes(server, pool) if not p["volumes_exist"] else {}
-        renamed = volumes.pop("renamed", False)
         if server.status == "ACTIVE":
             ports = [port.to_dict(computed=False) for port in self.conn.network.ports(device_id=server.id)]
             if address is not None:
                 address, moved = self._attach(address, ports)  # None when Neutron refused: the role tries
                 changed = changed or made or moved
+            killer = {}
+            if made_here and p["killer"]:
+                # The guest runs from now on, and has its address: its killer's credential next, before the
+                # volumes' names. Not earlier: Nova refuses a building server's metadata (compute/api.py
+                # update_instance_metadata wants vm_state ACTIVE, PAUSED, SUSPENDED or STOPPED).
+                kept = address is None or p["floating_ip"]["keep"]
+                killer["killer"] = make_and_hand(self.conn, p["killer"], p["region_name"], p["interface"], server.id,
+                                                 None if kept else address.id)  # fmt: skip
+        pool = server.availability_zone or p["pool"]
+        # volumes that existed were named by the up that made them; none was made here
+        volumes = self._name_volumes(server, pool) if not p["volumes_exist"] else {}
+        renamed = volumes.pop("renamed", False)
+        if server.status == "ACTIVE":
             attached = {"floating_ip": address.to_dict(computed=False)} if address is not None else {}
             self.exit_json(
                 changed=changed or renamed, placed=True, pool=pool, server=server.to_dict(computed=False),
-                ports=ports, **attached, **volumes,
+                ports=ports, **attached, **volumes, **killer,
             )  # fmt: skip
         if address is not None and released(made, p["floating_ip"]["keep"], bool(address.port_id)):
             self.conn.network.delete_ip(address, ignore_missing=True)  # not left billing for a server that never came

@@ -17,10 +17,12 @@ description:
   - A cloud whose Keystone has no access rules (before Train) gets, with allow_unrestricted_rules,
     a credential without rules, limited to fallback_roles (e.g. a role the cloud's policy lets
     delete servers and nothing else) or, without them, carrying the user's roles; and a warning.
-  - Keystone keeps application credentials per user, not per project; the credential's name is
-    name, the project id and the region, so that two rentals of the same NAME in two projects or
-    regions never take each other's.
-  - state=absent deletes the credential of that name.
+  - One credential per server (plugins/module_utils/gpu_rent_killer_handoff.py); Keystone keeps
+    application credentials per user, not per project, so its name is name, the project id's first 8
+    characters, the region and the server id; two servers, folders, projects or regions never take
+    each other's. A credential made is handed to the server (its metadata, where its killer reads it)
+    unless hand is false, and the folder's credentials of servers that are gone are deleted.
+  - state=absent deletes the credential of server_id, or without it every credential of the folder.
 options:
   name: {description: Credential name., required: true, type: str}
   server_id: {description: The server the credential may delete., type: str}
@@ -31,6 +33,8 @@ options:
   floating_ip_id: {description: "The floating IP the credential may delete too; empty: none.", type: str}
   allow_unrestricted_rules: {description: No access rules in Keystone - make one without., type: bool, default: false}
   fallback_roles: {description: Roles of a credential without access rules., type: list, elements: str, default: []}
+  hand: {description: "Put a credential made in the server's metadata, for its killer.", type: bool, default: true}
+  unhand: {description: "Only take the handed credential out of server_id's metadata.", type: bool, default: false}
   state: {description: present or absent., type: str, default: present, choices: [present, absent]}
 extends_documentation_fragment:
   - openstack.cloud.openstack
@@ -38,17 +42,23 @@ extends_documentation_fragment:
 
 RETURN = r"""
 id: {description: Credential id., returned: when present, type: str}
-name: {description: "Credential name (name-<project id[:8]>[-<region>]).", returned: when present, type: str}
+name: {description: "Credential name: name-<project id[:8]>[-<region>]-<server id>.", returned: when present, type: str}
+pruned: {description: "The folder's credentials deleted, their server gone.", returned: when made, type: list}
+deleted: {description: "Credentials deleted (state=absent without server_id).", returned: when absent, type: list}
 secret: {description: Credential secret (only when made by this run)., returned: when changed and present, type: str}
 expires_at: {description: Expiry (ISO 8601, UTC)., returned: when present, type: str}
 access_rules: {description: The access rules., returned: when present, type: list}
 """
 
-import secrets
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlparse
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
+
+# As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
+try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils import gpu_rent_killer_handoff as handoff
+except ImportError:
+    from ansible.module_utils import gpu_rent_killer_handoff as handoff
 
 
 def _expiry(value: str | None) -> datetime | None:
@@ -56,11 +66,6 @@ def _expiry(value: str | None) -> datetime | None:
         return None
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _rule_set(rules: list | None) -> set[tuple]:
-    """Access rules as Keystone may give them back: in any order (it reuses a user's existing rules)."""
-    return {(r.get("service"), r.get("method"), r.get("path")) for r in rules or []}
 
 
 class IdleKillerCredentialModule(OpenStackModule):
@@ -74,6 +79,8 @@ class IdleKillerCredentialModule(OpenStackModule):
         floating_ip_id=dict(),
         allow_unrestricted_rules=dict(type="bool", default=False),
         fallback_roles=dict(type="list", elements="str", default=[]),
+        hand=dict(type="bool", default=True),
+        unhand=dict(type="bool", default=False),
         state=dict(default="present", choices=["present", "absent"]),
     )
     module_kwargs = dict(  # noqa: RUF012
@@ -85,20 +92,24 @@ class IdleKillerCredentialModule(OpenStackModule):
         p = self.params
         identity = self.conn.identity
         user = self.conn.session.get_user_id()
-        name = "-".join(filter(None, (p["name"], self.conn.current_project_id[:8], p["region_name"])))
-        found = identity.find_application_credential(user=user, name_or_id=name, ignore_missing=True)
+        folder = handoff.folder_name(self.conn, p["name"], p["region_name"])
+        if p["unhand"]:  # the VM proved the credential it holds: out of the server's metadata
+            taken = False if self.ansible.check_mode else handoff.unhand(self.conn, p["server_id"])
+            self.exit_json(changed=taken)
         if p["state"] == "absent":
-            if found and not self.ansible.check_mode:
-                identity.delete_application_credential(user, found.id)
-            self.exit_json(changed=bool(found))
+            if p["server_id"]:
+                found = self._find(handoff.credential_name(self.conn, p["name"], p["region_name"], p["server_id"]))
+                if found and not self.ansible.check_mode:
+                    identity.delete_application_credential(user, found.id)
+                self.exit_json(changed=bool(found))
+            gone = [] if self.ansible.check_mode else handoff.prune(self.conn, folder, servers_gone_only=False)
+            self.exit_json(changed=bool(gone), deleted=gone)
 
-        server = p["rule_path"] or self._rule_path()
-        # the GET is the killer's proof that Nova matches the rule (Keystone logs an access-ruled credential
-        # in whatever its rules say): it reads this server only, at the very path the DELETE uses
-        rules = [{"service": "compute", "method": "GET", "path": server},
-                 {"service": "compute", "method": "DELETE", "path": server}]  # fmt: skip
-        if p["floating_ip_id"]:
-            rules.append({"service": "network", "method": "DELETE", "path": self._floating_ip_path()})
+        if not handoff.NOVA_ID.fullmatch(p["server_id"] or ""):  # required_if lets an empty string through
+            self.fail_json(msg=f"server_id {p['server_id']!r} is not a server's id")
+        name = handoff.credential_name(self.conn, p["name"], p["region_name"], p["server_id"])
+        found = self._find(name)
+        rules = handoff.access_rules(self.conn, p["interface"], p["server_id"], p["floating_ip_id"], p["rule_path"])
         now = datetime.now(UTC)
         if found and found.id == p["known_id"] and self._still_good(found, rules, now):
             self.exit_json(changed=False, id=found.id, name=name, expires_at=found.expires_at,
@@ -107,54 +118,51 @@ class IdleKillerCredentialModule(OpenStackModule):
             self.exit_json(changed=True)
         if found:
             identity.delete_application_credential(user, found.id)
-        expires = (now + timedelta(days=p["days"])).replace(microsecond=0)
-        made, warning = self._create(user, name, rules, expires)
+        made, warning = self._create(name, rules)
         if warning:
             self.warn(warning)
-        elif _rule_set(made.access_rules) != _rule_set(rules):
+        elif handoff.rule_set(made.access_rules) != handoff.rule_set(rules):
             # a Keystone that ignores access rules gave a credential that can do what you can
             identity.delete_application_credential(user, made.id)
             self.fail_json(msg=f"Keystone did not keep the access rules (it made {made.access_rules}): not used")
+        if p["hand"]:  # in the server's metadata too, where its killer takes it on a boot of its own
+            try:
+                handoff.hand(self.conn, p["server_id"], made, p["floating_ip_id"])
+            except self.sdk.exceptions.SDKException as e:  # a server in a task: the arm writes it over SSH
+                why = handoff.redacted(e, made)
+                self.warn(f"the credential was not handed to server {p['server_id']} (its metadata): {why}")
+        try:
+            pruned = handoff.prune(self.conn, folder, keep=p["server_id"])
+        except self.sdk.exceptions.SDKException as e:  # left for the next make, or stop
+            pruned = []
+            self.warn(f"the credentials of servers that are gone were not deleted: {handoff.redacted(e, made)}")
         self.exit_json(changed=True, id=made.id, name=name, secret=made.secret, expires_at=made.expires_at,
-                       access_rules=made.access_rules or [])  # fmt: skip
+                       access_rules=made.access_rules or [], pruned=pruned)  # fmt: skip
 
-    def _rule_path(self) -> str:
-        compute = self.conn.session.get_endpoint(service_type="compute", interface=self.params["interface"] or "public")
-        prefix = urlparse(compute or "").path.rstrip("/") or "/v2.1"
-        return f"{prefix}/servers/{self.params['server_id']}"
-
-    def _floating_ip_path(self) -> str:
-        # Neutron's endpoint is usually unversioned (https://host:9696); its API is /v2.0 under it
-        network = self.conn.session.get_endpoint(service_type="network", interface=self.params["interface"] or "public")
-        prefix = urlparse(network or "").path.rstrip("/")
-        return f"{prefix}/v2.0/floatingips/{self.params['floating_ip_id']}"
+    def _find(self, name: str):
+        return self.conn.identity.find_application_credential(
+            user=self.conn.session.get_user_id(), name_or_id=name, ignore_missing=True
+        )
 
     def _still_good(self, found, rules, now) -> bool:
         expires = _expiry(found.expires_at)
         if expires is None or expires - now < timedelta(days=self.params["renew_days"]) or found.unrestricted:
             return False
-        have = _rule_set(found.access_rules)
-        return have == _rule_set(rules) or (not have and self.params["allow_unrestricted_rules"])
+        have = handoff.rule_set(found.access_rules)
+        return have == handoff.rule_set(rules) or (not have and self.params["allow_unrestricted_rules"])
 
-    def _create(self, user, name, rules, expires):
-        kwargs = dict(
-            user=user,
-            name=name,
-            description="gpu-rent idle-killer: may delete its own server and floating IP, nothing else",
-            secret=secrets.token_urlsafe(32),
-            expires_at=expires.strftime("%Y-%m-%dT%H:%M:%S"),
-            unrestricted=False,
-        )
+    def _create(self, name, rules):
+        days = self.params["days"]
         try:
-            return self.conn.identity.create_application_credential(access_rules=rules, **kwargs), None
+            return handoff.make(self.conn, name, rules, days), None
         except self.sdk.exceptions.BadRequestException as e:
             if "access_rules" not in str(e) or not self.params["allow_unrestricted_rules"]:
                 raise
         roles = self.params["fallback_roles"]
         if roles:
-            made = self.conn.identity.create_application_credential(roles=[{"name": r} for r in roles], **kwargs)
+            made = handoff.make(self.conn, name, None, days, roles=[{"name": r} for r in roles])
             return made, f"this cloud's Keystone has no access rules: the idle-killer's credential has roles {roles}"
-        made = self.conn.identity.create_application_credential(**kwargs)
+        made = handoff.make(self.conn, name, None, days)
         return made, (
             "this cloud's Keystone has no access rules: the idle-killer's credential carries your roles "
             "(it can do what you can, until it expires); set idle_killer_fallback_roles to a role that may only "

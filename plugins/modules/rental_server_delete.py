@@ -10,10 +10,10 @@ description:
   - Looks up the servers of that name (as openstack.cloud.server_info does), refuses them all - deleting
     none - when one carries neither the gpu-rent tag nor its mark, and asks Nova to delete each (its
     volumes stay - they are not deleted with a server).
-  - With I(application_credential), then deletes the idle-killer's credential of that name while Nova
-    deletes the server (named as idle_killer_credential names it - the name, the project id's first 8
-    characters and the region). Keystone refusing it is returned, not raised; the wait still runs and
-    the server's end is recorded.
+  - With I(application_credential), then deletes the idle-killer's credentials of that project folder
+    while Nova deletes the server - every server's, as idle_killer_credential names them (the name, the
+    project id's first 8 characters, the region, the server id), the folder's server being gone.
+    Keystone refusing it is returned, not raised; the wait still runs and the server's end is recorded.
   - Then waits until each server is gone - DELETED or not found, as openstacksdk's
     wait_for_delete ends - asking every half second (openstack.cloud.server waits through openstacksdk,
     which asks every 5 s; Nova's delete takes about 3 s on the test ground). A DELETED server holds
@@ -50,6 +50,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
+
+# As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
+try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils import gpu_rent_killer_handoff as handoff
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_lookup import without_handoff
+except ImportError:
+    from ansible.module_utils import gpu_rent_killer_handoff as handoff
+    from ansible.module_utils.gpu_rent_lookup import without_handoff
 from keystoneauth1.exceptions import ClientException
 
 
@@ -101,7 +109,7 @@ class RentalServerDeleteModule(OpenStackModule):
         said = {**credential.result(), **addresses.result()}
         deleted = said.get("floating_ips", [])
         changed = bool(found) or bool(deleted) or said.get("application_credential_deleted", False)
-        self.exit_json(changed=changed, servers=found, **said)
+        self.exit_json(changed=changed, servers=[without_handoff(server) for server in found], **said)
 
     def _wait_gone(self, ids: list[str]) -> None:
         deadline = time.monotonic() + self.params["timeout"]
@@ -124,14 +132,9 @@ class RentalServerDeleteModule(OpenStackModule):
             return {"application_credential_error": str(e)}
 
     def _delete_credential(self, name: str) -> bool:
-        """The idle-killer's credential, as idle_killer_credential state=absent deletes it (and names it)."""
-        identity = self.conn.identity
-        user = self.conn.session.get_user_id()
-        full = "-".join(filter(None, (name, self.conn.current_project_id[:8], self.params["region_name"])))
-        found = identity.find_application_credential(user=user, name_or_id=full, ignore_missing=True)
-        if found:
-            identity.delete_application_credential(user, found.id)
-        return bool(found)
+        """The folder's idle-killer credentials, as idle_killer_credential state=absent deletes them."""
+        folder = handoff.folder_name(self.conn, name, self.params["region_name"])
+        return bool(handoff.prune(self.conn, folder, servers_gone_only=False))
 
     def _floating_ips_said(self, description: str | None) -> dict:
         """The project's floating IPs deleted, for the result (nothing without a description); the end of the

@@ -168,7 +168,10 @@ def test_bootstrap_arms_the_killer_first_with_a_credential_for_this_server_only(
     assert float(config["gpu_percent"]) == 10 and config["shell"] is True and config["keep_alive_command"] == KEEP_ALIVE
     cred = member_conn.identity.get_application_credential(member_conn.current_user_id, config["credential_id"])
     project = member_conn.current_project_id[:8]
-    assert cred.name == f"{extra['idle_killer_credential_name']}-{project}-RegionOne" and cred.unrestricted is False
+    assert (
+        cred.name == f"{extra['idle_killer_credential_name']}-{project}-RegionOne-{server.id}"
+        and cred.unrestricted is False
+    )
     assert sorted((r["service"], r["method"], r["path"]) for r in cred.access_rules) == [
         ("compute", "DELETE", f"/v2.1/servers/{server.id}"),
         ("compute", "GET", f"/v2.1/servers/{server.id}"),  # the killer's proof, through Nova itself

@@ -32,8 +32,9 @@ from websockets.sync.client import connect as ws_connect
 from gpu_rent.cloud import plain_http as cloud_http
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
+from gpu_rent.on_vm import paths
 from gpu_rent.project import settings as config
-from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, killer_credentials, ssh, wait_for_ssh, wait_until
+from tests.groundkit import CLOUDS_YAML, GROUND, PROJECT, REPO, killer_credentials, ssh, wait_for_ssh, wait_until
 from tests.loopback_sshd import free_port
 
 BIN = Path(sys.executable).parent
@@ -626,15 +627,18 @@ def test_up_after_stop_reuses_the_same_volumes(life, llm):
     assert ran[:1] == ["changed"] and ran[-1] == "changed", tried
     assert tried[len(ran) :] == ["skipping"] * (len(tried) - len(ran)), tried
     assert log.count(" not placed: ") == len(ran) - 1, tried
-    # the killer's credential was made while Nova built the lookup's server, and again after ACTIVE only
-    # for another server (idle_killer_early_fits judged it); the VM took the one made on localhost
-    early = re.findall(r"TASK \[Make the idle-killer's credential for the warm restart's [^\]]*\] \**\n(\w+):", log)
+    # the killer's credential: handed by fresh_server the moment the server was ACTIVE (its metadata, where the
+    # VM's killer takes it), so neither up's make on localhost nor the role's make over SSH ran
     late = re.findall(r"TASK \[Make the idle-killer's credential while the new server boots[^\]]*\] \**\n(\w+):", log)
-    made = re.findall(r"TASK \[idle_killer : Make the credential for this server and address[^\]]*\] \**\n(\w+):", log)
-    assert early == ["included"] and late == ["included"], (early, late)
-    assert made == ["included", "skipping" if len(ran) == 1 else "included"], made
     kept_or_made = re.findall(r"TASK \[idle_killer : Keep or make the credential [^\]]*\] \**\n(\w+):", log)
-    assert kept_or_made == ["skipping"], kept_or_made
+    assert late == ["skipping"] and kept_or_made == ["skipping"], (late, kept_or_made)
+    # and once the arm proved it on the VM, taken out of the server's metadata again
+    unhanded = re.findall(r"TASK \[idle_killer : Take the handed credential out of [^\]]*\] \**\n(\w+):", log)
+    assert unhanded == ["changed"] and "gpu_rent_killer" not in ours.servers()[0].metadata, unhanded
+    held = json.loads(
+        ssh(state(project)["resources"]["floating_ip_address"], "cat /root/.gpu-rent/idle-killer.json").stdout
+    )
+    assert held["credential_id"] == ours.killer_credential().id and held["credential_secret"]
     s = state(project)
     assert {s["resources"]["boot_volume"], s["resources"]["data_volume"]} == set(volumes.values())
     [server] = ours.servers()
@@ -725,7 +729,7 @@ def test_status_shows_the_armed_idle_killer_whose_credential_may_delete_this_ser
     assert "killer    armed, kept alive by: grace after boot" in shown.stdout
     address = state(project)["resources"]["floating_ip_address"]
     held = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
-    # made by up while the new server booted (credential_early.yml), then written to the VM: the one there is
+    # handed by up to the server once ACTIVE (its metadata), taken by the VM's killer: the one there is
     assert held["credential_id"] == ours.killer_credential().id
     secret = held["credential_secret"]
     files = [p for p in (project / ".gpu-rent").rglob("*") if p.is_file()]
@@ -934,6 +938,58 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_
     assert "the VM before this one was deleted by the idle-killer at" in told, told[-3000:]
     assert "deleting this server)" in told, told[-3000:]
     assert ours.killer_credential() is not None and status(project)["last_end"] is None  # a server again
+
+
+def test_up_killed_right_after_the_handoff_leaves_a_server_its_own_killer_deletes(life):
+    """The laptop dies (kill -9 of up and its playbook) the moment the new server is ACTIVE and handed its
+    killer's credential, and never comes back: the killer kept on the boot volume boots under the new server,
+    learns from the metadata service that it is another server than its config names, takes the credential
+    handed to it (never the old one) and deletes the server and its address when idle - no SSH, no arm. No
+    second server appears at any point, and nothing bills after but the disks."""
+    project, ours = life
+    quick = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 20, "idle_killer_tick_seconds": 2,
+             "idle_killer_llm": "false"}  # fmt: skip
+    rearmed = playbook(project, "idle_killer.yml", *[f"-e{k}={v}" for k, v in quick.items()])
+    assert rearmed.returncode == 0, rearmed.stdout[-3000:]
+    assert gpu_rent(project, "tunnel", "--close").returncode == 0  # the laptop's watchdog would act otherwise
+    stopped = gpu_rent(project, "stop")
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    volumes = {v.name: v.id for v in ours.volumes().values()}
+    boot_id = volumes[f"{ours.name}-boot"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+    run = subprocess.Popen([str(BIN / "gpu-rent"), "up", "--yes"], cwd=project, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    most = []  # servers of the project alive at once, at each look (one Nova failed, ERROR, is not alive)
+
+    def live() -> list:
+        servers = [s for s in ours.servers() if s.status != "ERROR"]
+        most.append(len(servers))
+        return servers
+
+    def handed():
+        return next((s for s in live() if "gpu_rent_killer" in (s.metadata or {})), None)
+
+    try:
+        server = wait_until("the new server handed its killer's credential", handed, 300, 0.2)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the lid closes: up and everything it started
+        run.wait(timeout=30)
+    handed_fip = json.loads(server.metadata["gpu_rent_killer"])["f"]
+    address = ours.conn.network.get_ip(handed_fip).floating_ip_address  # attached before the handoff
+    # the last words the killer writes on the boot volume, as the ground keeps its disk (ground/ext agent.py)
+    words = GROUND / "state" / "hosts" / "rootfs" / boot_id / paths.LAST_WORDS_FILE.lstrip("/")
+
+    wait_until("the server deleted by its own killer", lambda: not live() and not ours.servers(), 240, 1)
+    assert max(most) == 1, most  # never a second server beside it
+    kept = json.loads(words.read_text())
+    assert kept["server_id"] == server.id and kept["acted"].startswith(f"asked Nova to delete server {server.id}"), kept
+    wait_until("its floating IP deleted by the killer", lambda: not ours.floating_ips(), 60)
+    assert ssh(address, "true", timeout=10).returncode == 255
+    wait_until("both volumes free", lambda: all(v.status == "available" for v in ours.volumes().values()), 60)
+    assert {v.name: v.id for v in ours.volumes().values()} == volumes
+    again = up(project)  # the laptop back: the VM for the tests after this one
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert ours.killer_credential() is not None  # the killed up's credential went with its server
 
 
 def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loaded_model_keeps_the_vm(life, llm):

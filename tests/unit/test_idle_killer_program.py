@@ -332,7 +332,8 @@ def test_arm_refuses_a_config_the_tick_could_not_load_and_keeps_the_old_one(tmp_
     monkeypatch.setattr(sys, "stdin", io.StringIO(bad))
     assert idle_killer.main(["arm", "--config", str(path)]) == 2
     assert "not written" in capsys.readouterr().err and path.read_text() == '{"old": true}'
-    assert [p.name for p in tmp_path.iterdir()] == ["idle-killer.json"]  # no partial copy left behind
+    # no partial copy left behind (the config's lock stays: empty, as flock wants it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idle-killer.json", "idle-killer.json.lock"]
 
 
 def test_arm_replaces_a_config_that_is_not_even_text(tmp_path, capsys, monkeypatch):

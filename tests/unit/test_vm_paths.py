@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpu_rent.on_vm import paths
+from tests.module_file import load
 from tests.source import string_literals
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +153,17 @@ def test_the_rules_find_what_they_are_for(tmp_path):
     }
     assert the_same("{{ x | default('/mnt/swarm_data') }}", paths.DATA_MOUNT)
     assert not the_same("/run/gpu-rent/seeding.lock", paths.SEEDING_LOCK)
+
+
+def test_the_handoff_key_the_laptop_writes_is_the_one_the_killer_reads():
+    """The server metadata key up hands the killer's credential under (module_utils, which runs without
+    gpu_rent) is on_vm/paths.py's, and the role's metadata service is paths.py's, where the VM looks."""
+    handoff = load("gpu_rent_killer_handoff", ROOT / "plugins" / "module_utils" / "gpu_rent_killer_handoff.py")
+    assert handoff.HANDOFF_KEY == paths.HANDOFF_KEY
+    lookup = load("gpu_rent_lookup", ROOT / "plugins" / "module_utils" / "gpu_rent_lookup.py")
+    assert lookup.HANDOFF_KEY == paths.HANDOFF_KEY
+    defaults = yaml.safe_load((ROOT / "roles/idle_killer/defaults/main.yml").read_text())
+    assert defaults["idle_killer_metadata_url"] == paths.METADATA_URL
+    assert yaml.safe_load((ROOT / "roles/idle_killer/vars/main.yml").read_text())["idle_killer_handoff_key"] == (
+        paths.HANDOFF_KEY
+    )
