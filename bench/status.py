@@ -13,7 +13,6 @@ Destroys the rental at the end, whatever happened.
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._rental import destroyed
 from bench._report import report
 from tests.ground.test_rental import gpu_rent, make_project
 from tests.groundkit import CLOUDS_YAML, ground_missing, unique
@@ -78,7 +78,6 @@ def main() -> int:
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="gpu-rent-bench-status-"))
     project = make_project(tmp, unique("bench-status"))
-    clean = False
     try:
         started = time.monotonic()
         result = gpu_rent(project, "up", "--yes", "--no-tunnel")
@@ -88,13 +87,7 @@ def main() -> int:
         print(f"rented     {project.name} in {time.monotonic() - started:.0f} s (gpu-rent up --no-tunnel)", flush=True)
         bench(project)
     finally:
-        result = gpu_rent(project, "destroy", "--i-understand-data-loss", "--no-pull")
-        clean = result.returncode == 0
-        if clean:
-            shutil.rmtree(tmp)
-        else:
-            print(f"gpu-rent destroy failed (rc {result.returncode}); the project stays in {project} for a "
-                  f"destroy by hand:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")  # fmt: skip
+        clean = destroyed(project, tmp)
     return 0 if clean else 1
 
 

@@ -25,7 +25,6 @@ Destroys the rental at the end, whatever happened.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import tempfile
 import threading
@@ -34,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._rental import destroyed
 from bench._report import report
 from gpu_rent.on_vm import paths
 from tests.ground.test_rental import gpu_rent, make_project
@@ -135,7 +135,6 @@ def main() -> int:
     conn = connect("ground")
     tmp = Path(tempfile.mkdtemp(prefix="gpu-rent-bench-unguarded-"))
     project = make_project(tmp, unique("bench-unguarded"))
-    clean = False
     try:
         cold = life(conn, project, "cold")
         stopped = gpu_rent(project, "stop")
@@ -157,13 +156,7 @@ def main() -> int:
             print(f"RATIO {label}: {seconds:.2f} s = {seconds / trip:.2f}x the create round trip (goal {goal}x)")
             report(name, seconds / trip, goal, "POST /servers round trip")
     finally:
-        result = gpu_rent(project, "destroy", "--i-understand-data-loss", "--no-pull")
-        clean = result.returncode == 0
-        if clean:
-            shutil.rmtree(tmp)
-        else:
-            print(f"gpu-rent destroy failed (rc {result.returncode}); the project stays in {project}:\n"
-                  f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")  # fmt: skip
+        clean = destroyed(project, tmp)
     return 0 if clean else 1
 
 
