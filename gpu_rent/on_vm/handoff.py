@@ -1,7 +1,7 @@
 """Who this VM is, and the credential the laptop handed its killer without SSH: the metadata service.
 
-`up` makes the killer's credential for a server right after Nova returns the server's id (one credential
-per server, named by it) and hands it over as the server's metadata under HANDOFF_KEY
+`up` makes the killer's credential for a server the moment Nova has it ACTIVE (one credential per server,
+named by it; Nova refuses a building server's metadata) and hands it over as the server's metadata under HANDOFF_KEY
 (plugins/module_utils/gpu_rent_killer_handoff.py). Every VM reads its own metadata at
 http://169.254.169.254/openstack/latest/meta_data.json, as cloud-init does: Neutron's metadata proxy
 signs the asking VM's instance id, so a VM sees its own server's metadata and no other's. So the

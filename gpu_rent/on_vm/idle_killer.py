@@ -737,14 +737,7 @@ def write_config(path: Path, text: str) -> bool:
 
 def check_and_record(cfg: Config) -> dict:
     """The credential proven (or not) from the VM, and the answer kept in the status file."""
-    path = Path(cfg.status_file)
-    result = _check(cfg, time.time())
-    with status_lock(path):
-        status = load_status(path)
-        status["credential"] = result
-        status.setdefault("server_id", cfg.server_id)
-        write_status(path, status)
-    return result
+    return recorded(cfg, _check(cfg, time.time()))
 
 
 def unhanded(cfg: Config) -> dict:
@@ -753,12 +746,17 @@ def unhanded(cfg: Config) -> dict:
     message = (f"credential {cfg.credential_id} was handed to this server, but the VM could not read it from "
                f"{where}; on a cloud without a metadata service set idle_killer_metadata_url to '' (it then goes "
                "over SSH)")  # fmt: skip
-    result = {"state": "refused", "checked_at": time.time(), "message": message}
-    with status_lock(Path(cfg.status_file)):
-        status = load_status(Path(cfg.status_file))
+    return recorded(cfg, {"state": "refused", "checked_at": time.time(), "message": message})
+
+
+def recorded(cfg: Config, result: dict) -> dict:
+    """The credential's state kept in the status file, where status and the laptop read it."""
+    path = Path(cfg.status_file)
+    with status_lock(path):
+        status = load_status(path)
         status["credential"] = result
         status.setdefault("server_id", cfg.server_id)
-        write_status(Path(cfg.status_file), status)
+        write_status(path, status)
     return result
 
 

@@ -115,8 +115,8 @@ def said(credential, server_id: str, floating_ip_id: str | None, seconds: float)
 
 def make_and_hand(conn, spec: dict, region: str | None, interface: str | None, server_id: str,
                   floating_ip_id: str | None) -> dict:  # fmt: skip
-    """The one step after the create: the credential made and handed; a failure said, never raised (the role
-    makes one after SSH then, as before the handoff)."""
+    """The one step once the server is ACTIVE: the credential made and handed; a failure said, never raised (the
+    role makes one after SSH then, as before the handoff)."""
     started = time.monotonic()
     made = None
     try:

@@ -161,12 +161,12 @@ class FreshServerModule(OpenStackModule):
         server = self._create() if server is None else compute.get_server(server.id)
         address, made = self._address() if p["floating_ip"] else (None, False)  # while Nova builds
         server = self._wait(server)
+        killer = {}
         if server.status == "ACTIVE":
             ports = [port.to_dict(computed=False) for port in self.conn.network.ports(device_id=server.id)]
             if address is not None:
                 address, moved = self._attach(address, ports)  # None when Neutron refused: the role tries
                 changed = changed or made or moved
-            killer = {}
             if made_here and p["killer"]:
                 # The guest runs from now on, and has its address: its killer's credential next, before the
                 # volumes' names. Not earlier: Nova refuses a building server's metadata (compute/api.py

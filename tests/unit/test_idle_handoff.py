@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import stat
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,33 +23,13 @@ NEW = "99999999-8888-7777-6666-555555555555"
 FIP = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 
-class Metadata:
-    """http://169.254.169.254/openstack/latest/meta_data.json as Nova answers one VM."""
+class Metadata(proof.Cloud):
+    """http://169.254.169.254/openstack/latest/meta_data.json as Nova answers one VM: the proof tests' loopback
+    server, whose every GET answers one body; `asked` holds each request."""
 
     def __init__(self, uuid: str, meta: dict):
-        self.answer = {"uuid": uuid, "meta": meta, "name": "gpu-rent-vm"}
-        self.asked = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                outer.asked += 1
-                data = json.dumps(outer.answer).encode()
-                self.send_response(200 if self.path == "/openstack/latest/meta_data.json" else 404)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/openstack/latest/meta_data.json"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__((200, {"uuid": uuid, "meta": meta, "name": "gpu-rent-vm"}))
+        self.url = f"{self.url}/openstack/latest/meta_data.json"
 
 
 def handed(credential: str = "new-cred", secret: str = "new-secret", fip: str | None = FIP) -> dict:
@@ -186,9 +164,9 @@ def test_the_arm_fills_the_secret_up_handed_from_the_held_config_or_the_metadata
     assert json.loads(idle_killer.filled(json.dumps(sent), path))["credential_secret"] == "handed-secret"
     # held already (the killer took it at its first tick): the VM's own copy, the metadata not asked
     path.write_text(json.dumps({**sent, "credential_secret": "held-secret"}))
-    asked = service.asked
+    asked = len(service.asked)
     assert json.loads(idle_killer.filled(json.dumps(sent), path))["credential_secret"] == "held-secret"
-    assert service.asked == asked
+    assert len(service.asked) == asked
     # another credential than the one handed and held: left empty, and the proof refuses it in words
     other = json.dumps({**sent, "credential_id": "other"})
     assert idle_killer.filled(other, path) == other

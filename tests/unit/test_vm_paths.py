@@ -164,6 +164,3 @@ def test_the_handoff_key_the_laptop_writes_is_the_one_the_killer_reads():
     assert lookup.HANDOFF_KEY == paths.HANDOFF_KEY
     defaults = yaml.safe_load((ROOT / "roles/idle_killer/defaults/main.yml").read_text())
     assert defaults["idle_killer_metadata_url"] == paths.METADATA_URL
-    assert yaml.safe_load((ROOT / "roles/idle_killer/vars/main.yml").read_text())["idle_killer_handoff_key"] == (
-        paths.HANDOFF_KEY
-    )
