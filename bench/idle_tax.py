@@ -14,7 +14,7 @@ The traces are bench/traces/*.json (bench/_traces.py made them, seeded, and says
 - gpu-rent: the VM's own decision, gpu_rent/on_vm/idle_decision.decide, ticked as the timer ticks it (every
   60 s from boot; booted_at is the first tick's, as the status file in /run has it; a deadline before the next
   tick is waited for, as idle_killer.main does), with the Limits its config gives (IDLE_MINUTES=30,
-  IDLE_GRACE_MINUTES=45, the cap twice IDLE_MINUTES, IDLE_GPU_PERCENT=10, a 180 s margin, rental hours from the
+  IDLE_GRACE_MINUTES=15, the cap twice IDLE_MINUTES, IDLE_GPU_PERCENT=10, a 180 s margin, rental hours from the
   server's creation) and a fresh Memory per VM. Work is a `live_gens` counter of 1 and a GPU at 97 %; idle is
   neither, with our ComfyUI backend running;
 - SkyPilot's autostop (sky/skylet/events.py AutostopEvent): checked every 60 s (EVENT_INTERVAL_SECONDS); the
@@ -67,12 +67,13 @@ from bench import _traces
 from bench._report import left, report
 from gpu_rent.on_vm.idle_decision import DELETE, Memory, Observation, decide
 from gpu_rent.on_vm.idle_killer import Config
+from gpu_rent.project.keys import KEYS
 
 TICK = 60.0  # the killer's timer (idle_killer_tick_seconds)
 HOUR, DAY = 3600.0, 86400.0
 WARM_UP_LAST = 19.3  # seconds: bench/warm_up.py's warm `up` on the test ground, its last run before this bench
-# the product's defaults (gpu_rent/project/keys.py, roles/idle_killer/defaults/main.yml)
-IDLE_MINUTES, GRACE_MINUTES = 30, 45
+# the product's defaults, as a project folder without the keys gets them
+IDLE_MINUTES, GRACE_MINUTES = KEYS["IDLE_MINUTES"].default, KEYS["IDLE_GRACE_MINUTES"].default
 SKYPILOT_DEFAULT, SKYPILOT_CHECK = 5, 60.0
 DSTACK_DEFAULT, DSTACK_CHECK = 5, 7.0
 GOAL = 1.10
@@ -361,7 +362,7 @@ def sweep(traces: list[dict], warm_up: float, best_waits: float, oracle_hours: f
                 cell = f"{ratio:.3f}x, {waits:.2f}"
                 cells.append(f"[green]{cell}[/]" if ratio <= GOAL and waits <= 1 else cell)
             out.add_row(f"{mode}, {idle}", *cells)
-    out.caption = "grace: IDLE_GRACE_MINUTES; the defaults are clock (the goal's), 30, grace 45"
+    out.caption = f"grace: IDLE_GRACE_MINUTES; the defaults: clock (the goal's), {IDLE_MINUTES}, grace {GRACE_MINUTES}"
     return out
 
 

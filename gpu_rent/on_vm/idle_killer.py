@@ -94,7 +94,7 @@ class Config:
     interface: str = "public"
     floating_ip_id: str | None = None  # deleted after the server; None: kept (KEEP_FLOATING_IP, or not known)
     idle_seconds: float = 1800
-    grace_seconds: float = 2700
+    grace_seconds: float = 900
     cap_seconds: float = 3600
     swarmui_url: str = "http://127.0.0.1:7801"
     # gpu-rent's backends in ListBackends: self-start ComfyUI from this script (roles/swarmui)

@@ -68,7 +68,7 @@ KEYS: dict[str, Key] = {
         f"minutes, 1..{MAX_MINUTES} (ten years)", 30, "the VM deletes itself after this long with an idle backend"
     ),
     "IDLE_GRACE_MINUTES": Key(
-        f"minutes, 0..{MAX_MINUTES} (ten years)", 45, "extra idle allowance right after start-up"
+        f"minutes, 0..{MAX_MINUTES} (ten years)", 15, "extra idle allowance right after start-up"
     ),
     "IDLE_GPU_PERCENT": Key(
         "a whole number 0..100, or off", 10, "a GPU busier than this (%) is work that keeps the VM; off: not looked at"

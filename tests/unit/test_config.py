@@ -341,7 +341,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert settings.flavor_fallback == ()
     assert settings.volume_type is None
     assert (settings.boot_volume_gb, settings.data_volume_gb) == (50, 100)
-    assert (settings.idle_minutes, settings.idle_grace_minutes) == (30, 45)
+    assert (settings.idle_minutes, settings.idle_grace_minutes) == (30, 15)
     assert (settings.local_port, settings.remote_port) == (17801, 7801)
     assert settings.pull_output is True
     assert settings.keep_floating_ip is False

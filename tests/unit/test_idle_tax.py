@@ -11,6 +11,7 @@ import pytest
 from bench import _traces
 from bench._report import FIGURES, leave
 from bench.idle_tax import (
+    GRACE_MINUTES,
     HOUR,
     IDLE_MINUTES,
     WARM_UP_LAST,
@@ -80,9 +81,9 @@ def test_gpu_rent_deletes_idle_minutes_after_the_first_tick_that_found_no_work()
 
 
 def test_a_short_burst_keeps_the_vm_for_the_grace_and_then_idle_minutes():
-    # the grace runs from the first tick (10:01, booted_at in the status file) for 45 min; idle from 10:46
+    # the grace runs from the first tick (10:01, booted_at in the status file); idle from its end
     out = replay([(at(10), at(10, 5))], gpu_rent("off"), WARM)
-    assert out.rentals == [(at(10), at(10, 46) + IDLE_MINUTES * 60)]
+    assert out.rentals == [(at(10), at(10, 1) + GRACE_MINUTES * 60 + IDLE_MINUTES * 60)]
 
 
 def test_billing_hour_clock_uses_the_hour_paid_up_to_its_margin():
