@@ -2,9 +2,10 @@
 
 Host keys are pinned per boot volume in `<project>/.gpu-rent/known_hosts` under the alias
 `gpu-rent-<boot volume id>`: the host key lives on the boot volume, so every VM booted from it
-(after a stop, a preemption, an unshelve) shows the same key, whatever its address. The first
-contact pins it (up's vm_host role does so with OpenSSH, this module when it comes first); a
-different key for the same boot volume is refused.
+(after a stop, a preemption, an unshelve) shows the same key, whatever its address - every create from
+kept volumes tells cloud-init not to make new ones (plugins/module_utils/gpu_rent_warm_start.py
+USER_DATA_NOTES). The first contact pins it (up's vm_host role does so with OpenSSH, this module when it
+comes first); a different key for the same boot volume is refused.
 """
 
 from __future__ import annotations

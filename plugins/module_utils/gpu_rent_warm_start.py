@@ -8,12 +8,17 @@ found. When the lookup's own answers show that those roles will find nothing the
 or refuse, the create is asked right there, and the build runs while they check; the server role's
 fresh_server adopts the building server (created_early) and waits for it as for its own.
 
-Kept apart from the module for the unit tests of the judgement (tests/unit/test_warm_start.py).
+Kept apart from the module for the unit tests of the judgement (tests/unit/test_warm_start.py). Every create of a
+rental's server goes through create_once here, the lookup's and fresh_server's alike (NO_RESEND_NOTES), and each
+from kept volumes tells cloud-init to keep the host keys (USER_DATA_NOTES).
 """
 
 from __future__ import annotations
 
+import base64
+import copy
 import re
+import time
 
 # The scheduler found no room, the API refused the quota, or the pool is switched off: nothing was made.
 NO_ROOM = re.compile(r"No valid host was found|[Qq]uota exceeded[^.\n]*|availability zone is not available")
@@ -69,6 +74,81 @@ def why_not(found: dict, asked: dict) -> str | None:
     return None
 
 
+# NO_RESEND_NOTES: openstacksdk asks keystoneauth to send any request once more after a dropped connection
+# (openstack/proxy.py Proxy.request, connect_retries=1), a POST too. A `POST /servers` that Nova took before the
+# connection dropped (a lid closed mid-request, a flaky link) is then sent again: a second server, never armed,
+# whose volumes on a cold create Nova made and nobody named (tests/unit/test_create_once.py shows the SDK do it).
+# A create here goes out once; after a drop, or a gateway's 502/503/504 (Nova behind it may have taken it), the
+# server of its name is looked for, as Nova lists a server from the moment it took the create (its build request).
+DROP_LOOKS = (1.0, 2.0, 4.0)  # seconds before each look for the server of the name after a dropped create
+GATEWAY_ERRORS = (502, 503, 504)
+
+# USER_DATA_NOTES: what cloud-init is told at a create from kept volumes. gpu-rent pins a boot volume's host keys
+# (gpu_rent/to_vm/ssh.py); cloud-init deletes and remakes the host keys once per instance by default (cc_ssh,
+# ssh_deletekeys), so every new server from a kept boot volume would answer with new keys, and up would refuse
+# it as another machine. Not at the create that makes the boot volume from the image: there cloud-init's
+# default makes the volume's own keys (with ssh_deletekeys false it would keep any an image shipped, the same
+# on every customer's volume).
+KEEP_HOST_KEYS = """#cloud-config
+# gpu-rent: the boot volume outlives its server; its host keys, pinned per boot volume, stay with it
+ssh_deletekeys: false
+"""
+KEEP_HOST_KEYS_USER_DATA = base64.b64encode(KEEP_HOST_KEYS.encode()).decode()  # Nova takes user data base64
+
+
+class DroppedCreate(Exception):
+    """The create's answer was lost, and whether Nova made the server could not be told, or it made none."""
+
+
+def create_once(conn, **attrs):
+    """compute.create_server(**attrs), the POST sent once (NO_RESEND_NOTES); after a dropped connection or a
+    gateway's error, the server of that name Nova took, or DroppedCreate in words."""
+    from keystoneauth1 import exceptions as ks_exceptions
+    from openstack import exceptions as sdk_exceptions
+
+    once = copy.copy(conn.compute)  # a proxy of this create's own: no other caller's requests change
+    plain = once.request
+
+    def request(url, method, *args, **kwargs):
+        if method.upper() == "POST":
+            kwargs["connect_retries"] = 0
+        return plain(url, method, *args, **kwargs)
+
+    once.request = request
+    try:
+        return once.create_server(**attrs)
+    except ks_exceptions.ConnectionError as e:
+        lost = " ".join(str(e).split())[:300]
+    except sdk_exceptions.HttpException as e:
+        if e.status_code not in GATEWAY_ERRORS:
+            raise
+        lost = f"HTTP {e.status_code} from before Nova"
+    name = attrs["name"]
+    looked = False
+    for pause in DROP_LOOKS:
+        time.sleep(pause)
+        try:
+            listed = conn.compute.servers(name=f"^{re.escape(name)}$")  # Nova's filter is a regex
+            named = [s for s in listed if s.name == name and s.status != "DELETED"]
+        except (ks_exceptions.ConnectionError, sdk_exceptions.SDKException):
+            continue
+        looked = True
+        if len(named) == 1:
+            return named[0]
+        if named:
+            raise DroppedCreate(f"the answer to the create of server {name} was lost ({lost}), and "
+                                f"{len(named)} servers have that name: {', '.join(s.id for s in named)}")  # fmt: skip
+    if looked:
+        raise DroppedCreate(
+            f"the answer to the create of server {name} was lost ({lost}), and no server of that name was listed "
+            f"{sum(DROP_LOOKS):.0f} s later: Nova made none, and the create was not sent again (run up again)"
+        )
+    raise DroppedCreate(
+        f"the answer to the create of server {name} was lost ({lost}), and Nova could not be asked since whether it "
+        "made it: `gpu-rent status` shows it, `gpu-rent up` goes on with it, `gpu-rent stop` ends it"
+    )
+
+
 def existing(volume_id: str, boot_index: int) -> dict:
     """A volume the server boots from or attaches, kept when the server is deleted."""
     return {
@@ -101,7 +181,8 @@ def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
     network = found["networks"][asked["networks"][warm["pools"].index(pool)]][0]
     flavor = found["flavors"][asked["flavors"][0]][0]
     try:
-        server = conn.compute.create_server(
+        server = create_once(
+            conn,
             name=asked["server"],
             flavor_id=flavor["id"],
             availability_zone=pool,
@@ -111,10 +192,13 @@ def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
             tags=warm["tags"],
             metadata=warm["metadata"],
             block_device_mapping=[existing(boot["id"], 0), existing(data["id"], -1)],
+            user_data=KEEP_HOST_KEYS_USER_DATA,
         )
     except sdk_exceptions.HttpException as e:  # nothing was created: the server role meets it again, in words
         said = NO_ROOM.search(str(e))
         return {"created": False, "why": said.group(0) if said else " ".join(str(e).split())[:300]}
+    except DroppedCreate as e:  # the server role looks for it by name, and creates it if still none
+        return {"created": False, "why": str(e)}
     created = server.to_dict(computed=False)
     created.pop("admin_password", None)  # Nova's adminPass of the create's answer: a secret, of no use here
     early = {"created": True, "why": "", "server": created, "flavor": asked["flavors"][0]}

@@ -21,6 +21,9 @@ description:
     nothing is made but the server. It is waited for at a 0.5 s poll; openstack.cloud.server waits
     through openstacksdk's wait_for_server, which polls every 5 s, and a warm up paid most of that.
     The flavor, the network and the volumes are found side by side before the create.
+  - The create is sent once (openstacksdk would send it again after a dropped connection); after a drop the
+    server of that name is adopted, or the module fails in words (none made, or not known).
+  - A server from kept volumes is told (user data) to keep its boot volume's host keys, which up pins.
   - The server's port is returned, so the floating IP is attached without a lookup of its own.
   - With I(created_early), a server of that name found is the one up's lookup asked for moments ago
     (rental_lookup's warm_start); it is adopted as above, and reported as made by this up.
@@ -103,13 +106,23 @@ try:
         make_and_hand,
     )
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import (
+        KEEP_HOST_KEYS_USER_DATA,
         NO_ROOM,
+        DroppedCreate,
+        create_once,
         existing,
         project_address,
     )
 except ImportError:
     from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, make_and_hand
-    from ansible.module_utils.gpu_rent_warm_start import NO_ROOM, existing, project_address
+    from ansible.module_utils.gpu_rent_warm_start import (
+        KEEP_HOST_KEYS_USER_DATA,
+        NO_ROOM,
+        DroppedCreate,
+        create_once,
+        existing,
+        project_address,
+    )
 
 
 def released(made: bool, keep: bool, attached: bool) -> bool:
@@ -206,7 +219,8 @@ class FreshServerModule(OpenStackModule):
             mappings = self._mappings()
             flavor, network = flavor.result(), network.result()
         try:
-            return compute.create_server(
+            return create_once(  # never sent twice (gpu_rent_warm_start.py NO_RESEND_NOTES)
+                self.conn,
                 name=p["name"],
                 flavor_id=flavor.id,
                 availability_zone=p["pool"],
@@ -216,12 +230,16 @@ class FreshServerModule(OpenStackModule):
                 tags=p["tags"],
                 metadata=p["metadata"],
                 block_device_mapping=mappings,
+                # from kept volumes their host keys stay (USER_DATA_NOTES); from the image, cloud-init makes them
+                **({"user_data": KEEP_HOST_KEYS_USER_DATA} if p["volumes_exist"] else {}),
             )
         except self.sdk.exceptions.HttpException as e:
             found = NO_ROOM.search(str(e))
             if found:  # refused at the API: nothing was created
                 self.exit_json(changed=False, placed=False, reason=found.group(0))
             raise
+        except DroppedCreate as e:
+            self.fail_json(msg=str(e))
 
     def _mappings(self) -> list:
         p = self.params
