@@ -6,10 +6,16 @@ and comes back with its root disk's files."""
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.groundkit import GROUND, Cloud, ssh, wait_for_ssh, wait_until
+from tests.module_file import load
+
+UTILS = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
+warm = load("gpu_rent_warm_start_hosts", UTILS / "gpu_rent_warm_start.py")
+KEEP_HOST_KEYS = warm.KEEP_HOST_KEYS_USER_DATA  # what up's creates from kept volumes carry
 
 
 def _gone(address: str) -> bool:
@@ -34,7 +40,8 @@ def host(member_conn, net):
 def test_floating_ip_reaches_a_systemd_host_that_sees_its_data_disk_by_id(host):
     _, data, address = host
     out = ssh(address, f"cat /proc/1/comm; hostname; readlink -f /dev/disk/by-id/virtio-{data.id[:20]}; "
-                       "blkid -p /dev/vdb; echo rc=$?; systemctl is-system-running || true").stdout.split()  # fmt: skip
+                       "blkid -p /dev/vdb; echo rc=$?; "
+                       "systemctl is-system-running --wait || true").stdout.split()  # fmt: skip
     assert out[0] == "systemd"
     assert out[1] == "gpu-rent-vm"
     assert out[2] == "/dev/vdb"
@@ -42,6 +49,18 @@ def test_floating_ip_reaches_a_systemd_host_that_sees_its_data_disk_by_id(host):
     assert out[-1] in ("running", "degraded")
     size = ssh(address, "blockdev --getsize64 /dev/vdb").stdout.strip()
     assert int(size) == 4 * 1024**3
+
+
+def test_cloud_init_booted_the_host_from_the_metadata_service(host):
+    """Debian's cloud-init, not the ground, read who this host is: its datasource, its instance id, the key pair."""
+    server, _, address = host
+    out = ssh(
+        address, "cloud-init status --wait >/dev/null; cloud-init status; cat /run/cloud-init/instance-data.json"
+    ).stdout
+    assert out.startswith("status: done"), out[:500]
+    data = json.loads(out[out.index("{") :])
+    assert data["v1"]["instance_id"] == server.id and data["v1"]["platform"] == "openstack"
+    assert data["v1"]["public_ssh_keys"]  # the key pair that let the test in came this way
 
 
 def test_data_and_root_files_survive_a_new_server_on_the_same_volumes(cloud, net):
@@ -62,7 +81,8 @@ def test_data_and_root_files_survive_a_new_server_on_the_same_volumes(cloud, net
     wait_until(f"{address} to stop answering", lambda: _gone(address), 60)  # the host went with its server
     assert ssh(address, "true").returncode == 255
 
-    second = cloud.server(net, boot, data, key_name=key)
+    # the product's user data: cloud-init keeps the host keys (by default it makes new ones per instance)
+    second = cloud.server(net, boot, data, key_name=key, user_data=KEEP_HOST_KEYS)
     address = cloud.floating_ip(second)
     wait_for_ssh(address)
     check = (
@@ -71,7 +91,15 @@ def test_data_and_root_files_survive_a_new_server_on_the_same_volumes(cloud, net
     )
     lines = ssh(address, check).stdout.splitlines()
     assert lines[:2] == ["models", "installed"]
-    assert lines[2] == host_keys.strip()  # the same boot volume keeps its host keys, like a real disk
+    assert lines[2] == host_keys.strip()  # the same boot volume keeps its host keys, as up pins them
+
+    # without it, as on a real VM, a new instance gets new host keys: what the user data is for
+    cloud.delete_server(second.id)
+    wait_until(f"{address} to stop answering", lambda: _gone(address), 60)
+    third = cloud.server(net, boot, data, key_name=key)
+    address = cloud.floating_ip(third)
+    wait_for_ssh(address)
+    assert ssh(address, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.strip() not in ("", host_keys.strip())
 
 
 def test_only_the_servers_key_pair_and_the_operator_key_are_let_in(host, tmp_path):

@@ -13,7 +13,9 @@ agent keeps podman containers in step with the cloud, every two seconds (COST_NO
   /dev/disk/by-id/virtio-<first 20 chars of the volume id> that udev makes
   on a real VM; growing the volume in Cinder grows the device live;
 - the host boots as a VM does: fstab's device entries (UUID=...) are mounted at boot, see BOOT_NOTES;
-- the server's key pair is added to root's authorized_keys, as cloud-init does;
+  Debian's own cloud-init runs in it (targethost/build-image.sh CLOUD_CFG_NOTES) and reads the server's
+  key pair and user data from Nova's metadata service at 169.254.169.254, as on a VM; the
+  agent adds only the ground's operator key (the tests' own way in) to root's authorized_keys;
 - the cloud's API answers inside the host at the catalogue's URLs (127.0.0.1:5000, :8774, :9696): a
   forwarder unit in the host relays them to the gateway, where the ground relays them to the APIs
   on loopback (forward.py), so a VM's idle-killer talks to Keystone, Nova and Neutron as on a real cloud;
@@ -39,7 +41,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import openstack
@@ -138,7 +140,6 @@ class HostSpec:
     address: str
     boot_volume_id: str
     disks: tuple[DataDisk, ...]
-    public_keys: tuple[str, ...] = field(default=())
 
     @property
     def container(self) -> str:
@@ -221,27 +222,13 @@ class Agent:
         for index, attachment in enumerate(a for a in attachments if a.device != root):
             volume = self.conn.block_storage.get_volume(attachment.volume_id)
             disks.append(DataDisk(attachment.volume_id, volume.size, f"vd{chr(ord('b') + index)}"))
-        keys = [self.operator_key]
-        if server.key_name:
-            keypair = self._keypair(server.key_name, server.user_id)
-            if keypair:
-                keys.append(keypair.strip())
         return HostSpec(
             server_id=server.id,
             hostname=hostname_for(server.name),
             address=address,
             boot_volume_id=boot[0].volume_id,
             disks=tuple(disks),
-            public_keys=tuple(keys),
         )
-
-    def _keypair(self, name: str, user_id: str) -> str | None:
-        # admins read another user's key pair with ?user_id= (microversion >= 2.10)
-        response = self.conn.compute.get(f"/os-keypairs/{name}?user_id={user_id}", microversion="2.10", raise_exc=False)
-        if response.status_code != 200:
-            log.warning("key pair %s of user %s: HTTP %s", name, user_id, response.status_code)
-            return None
-        return response.json()["keypair"]["public_key"]
 
     # ---------------------------------------------------------------- podman
     def running(self) -> dict[str, dict]:
@@ -250,7 +237,7 @@ class Agent:
 
     def start(self, spec: HostSpec) -> None:
         rootfs = self.rootfs(spec.boot_volume_id)
-        self.cloud_init(rootfs, spec)
+        self.prepare(rootfs, spec)
         devices = []
         for disk in spec.disks:
             loop = self.attach(disk)
@@ -264,6 +251,8 @@ class Agent:
             # SYS_RESOURCE: root on a VM grows a mounted ext4 online (resize2fs), as resize-data does
             # SYS_BOOT: a reboot or power-off inside ends the host with its own exit code (GUEST_SHUTDOWN_NOTES)
             "--systemd=always", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_RESOURCE", "--cap-add", "SYS_BOOT",
+            # what a VM's DMI says: cloud-init's detect_openstack (DataSourceOpenStack.py) reads it from PID 1
+            "--env", "product_name=OpenStack Nova",
             *devices,
             # BOOT_NOTES 1: the /dev/disk links, then /sbin/init
             "--rootfs", str(rootfs), f"/{BOOT_SCRIPT}", *(f"{d.guest_device}={d.volume_id[:20]}" for d in spec.disks),
@@ -285,20 +274,19 @@ class Agent:
             shutil.rmtree(partial, ignore_errors=True)
             run("cp", "-a", str(self.base_rootfs), str(partial))
             (partial / ".gpu-rent-ground-built").unlink(missing_ok=True)
-            run("ssh-keygen", "-A", "-f", str(partial))  # host keys of this boot volume's own
-            partial.rename(rootfs)
+            partial.rename(rootfs)  # no host keys: cloud-init makes this boot volume's own at its first boot
         return rootfs
 
-    def cloud_init(self, rootfs: Path, spec: HostSpec) -> None:
+    def prepare(self, rootfs: Path, spec: HostSpec) -> None:
+        """What the ground adds to a host before it boots: its operator key, the boot's stand-ins for udev and
+        the fstab generator (BOOT_NOTES) and the API forwarder. The rest is cloud-init's, in the host."""
         ssh_dir = rootfs / "root/.ssh"
         ssh_dir.mkdir(mode=0o700, exist_ok=True)
         keys_file = ssh_dir / "authorized_keys"
         present = keys_file.read_text().splitlines() if keys_file.exists() else []
-        missing = [k for k in spec.public_keys if k not in present]
-        if missing:
-            keys_file.write_text("".join(f"{k}\n" for k in present + missing))
+        if self.operator_key not in present:
+            keys_file.write_text("".join(f"{k}\n" for k in [*present, self.operator_key]))
         keys_file.chmod(0o600)
-        (rootfs / "etc/hostname").write_text(spec.hostname + "\n")
         for path, text in ((BOOT_SCRIPT, BOOT_SCRIPT_TEXT), (FSTAB_GENERATOR, FSTAB_GENERATOR_TEXT)):
             program = rootfs / path
             program.parent.mkdir(parents=True, exist_ok=True)
