@@ -653,27 +653,45 @@ def delete_self(
         credential.update(state="refused", checked_at=now, message=stranger)
         return {"acted": f"CREDENTIAL REFUSED, not deleted: {stranger}"}
     words = {"server_id": cfg.server_id, "at": now, "reason": reason, "acted": "deleting"}
-    _last_words(cfg, words)  # before the DELETE: once Nova takes it, the guest may not write again
+    # A tick before this one may have had its DELETE taken already (Nova takes a while to end the server, and
+    # the next tick, or the last breath, asks again): those words stay, they say when and why it went.
+    told = taken_already(cfg)
+    if not told:
+        _last_words(cfg, words)  # before the DELETE: once Nova takes it, the guest may not write again
     try:
         login = login or with_retries(lambda: authenticate(cfg))
         done = with_retries(lambda: delete_server(cfg, login))
     except CredentialRefused as e:
-        _forget_last_words(cfg)  # the server stays: words left would blame the killer for a later stop
+        if not told:
+            _forget_last_words(cfg)  # the server stays: words left would blame the killer for a later stop
         credential.update(state="refused", checked_at=now, message=str(e))
         return {"acted": f"CREDENTIAL REFUSED, cannot delete this server: {e}"}
     except Unreachable as e:
-        _forget_last_words(cfg)
+        if not told:
+            _forget_last_words(cfg)
         return {"acted": f"delete failed, tried again next tick: {e}"}
     credential.update(state="ok", checked_at=now, message=None)
     acted = {"acted": done, "deleted_at": time.time()}  # when Nova took the DELETE
+    if not told:  # said at once: Nova destroys the guest moments after it took the DELETE, maybe before the address
+        _last_words(cfg, {**words, "acted": done, "deleted_at": acted["deleted_at"]})
     if cfg.floating_ip_id:  # the guest is going: one quick second try, no next tick to count on
         try:
             acted["floating_ip"] = with_retries(lambda: delete_floating_ip(cfg, login), tries=2, pause=0.5)
         except (CredentialRefused, Unreachable) as e:
             acted["floating_ip"] = f"floating IP NOT deleted, it bills until `gpu-rent stop`: {e}"
         acted["acted"] = f"{done}; {acted['floating_ip']}"
-    _last_words(cfg, {**words, "acted": acted["acted"], "deleted_at": acted["deleted_at"]})
+        if not told:
+            _last_words(cfg, {**words, "acted": acted["acted"], "deleted_at": acted["deleted_at"]})
     return acted
+
+
+def taken_already(cfg: Config) -> bool:
+    """Whether the last words say Nova took this server's DELETE already (a tick or a last breath before)."""
+    try:
+        said = json.loads(Path(cfg.last_words_file).read_text()) if cfg.last_words_file else {}
+    except (OSError, ValueError):
+        return False
+    return isinstance(said, dict) and said.get("server_id") == cfg.server_id and bool(said.get("deleted_at"))
 
 
 def _forget_last_words(cfg: Config) -> None:

@@ -159,3 +159,35 @@ def test_cloud_inits_record_unreadable_trusts_the_config(tmp_path, cloud_answeri
     assert idle_killer.own_instance_id(cfg) is None and idle_killer.not_this_server(cfg) is None
     (tmp_path / "instance-data.json").write_text(json.dumps({"v1": {"instance_id": SERVER}}))
     assert idle_killer.own_instance_id(cfg) == SERVER and idle_killer.check_and_record(cfg)["state"] == "ok"
+
+
+def test_the_delete_is_in_the_last_words_before_the_address_is_tried(tmp_path, cloud_answering, monkeypatch):
+    """Nova destroys the guest moments after it took the DELETE: a guest cut off while its floating IP is deleted
+    has said already that its killer asked Nova to delete it (status and the next up read those words)."""
+    cloud = cloud_answering(200, {"server": {"id": SERVER}})
+    cfg = config(tmp_path, cloud, floating_ip_id="f-1")
+    said_before_the_address = []
+
+    def cut_off(*_args):
+        said_before_the_address.append(json.loads(Path(cfg.last_words_file).read_text()))
+        raise SystemExit("the guest is gone")
+
+    monkeypatch.setattr(idle_killer, "delete_floating_ip", cut_off)
+    with pytest.raises(SystemExit):
+        idle_killer.delete_self(cfg, {}, 0.0, print, "idle")
+    assert said_before_the_address[0]["acted"] == f"asked Nova to delete server {SERVER}"
+    assert ("DELETE", f"/compute/v2.1/servers/{SERVER}") in cloud.asked
+
+
+def test_a_later_tick_asking_again_keeps_the_first_delete_in_the_last_words(tmp_path, cloud_answering):
+    """Nova takes a while to end a server it took the DELETE of; the next tick (or the last breath) asks again and
+    may be cut off mid-way: the words of the DELETE taken first stay, never overwritten by a second 'deleting'."""
+    cloud = cloud_answering(200, {"server": {"id": SERVER}})
+    cfg = config(tmp_path, cloud, floating_ip_id="f-1")
+    first = idle_killer.delete_self(cfg, {}, 100.0, print, "idle for 30 min")
+    kept = json.loads(Path(cfg.last_words_file).read_text())
+    assert kept["acted"] == first["acted"] and kept["reason"] == "idle for 30 min" and kept["at"] == 100.0
+    again = idle_killer.delete_self(cfg, {}, 102.0, print, "idle for 30 min")
+    assert again["acted"].startswith(f"asked Nova to delete server {SERVER}")
+    assert json.loads(Path(cfg.last_words_file).read_text()) == kept
+    assert cloud.asked.count(("DELETE", f"/compute/v2.1/servers/{SERVER}")) == 2  # asked again all the same
