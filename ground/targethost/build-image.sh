@@ -37,15 +37,15 @@ datasource:
 network: {config: disabled}
 disable_root: false
 '
-packages_and_cfg="$packages $later_packages $(sha256sum "$0" | cut -c1-12)"  # this script changed: anew
+built_marker="$packages $later_packages $(sha256sum "$0" | cut -c1-12)"  # this script changed: anew
 
 # the marker holds the package list and this script's hash: a change builds the root filesystem anew
-if podman image exists "$image" && [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" = "$packages_and_cfg" ]; then
+if podman image exists "$image" && [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" = "$built_marker" ]; then
   echo "$image"; exit 0
 fi
 mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
 mirror=${mirror:-http://deb.debian.org/debian}
-if [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" != "$packages_and_cfg" ]; then
+if [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" != "$built_marker" ]; then
   rm -rf "$rootfs"; mkdir -p "$cache"
   debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" "$mirror" >"$cache/debootstrap.log" 2>&1 \
     || { echo "debootstrap failed, see $cache/debootstrap.log" >&2; exit 1; }
@@ -65,7 +65,7 @@ if [ "$(cat "$rootfs/.gpu-rent-ground-built" 2>/dev/null)" != "$packages_and_cfg
   # a container has no console getty to wait for; keep boot quiet and quick
   ln -sf /dev/null "$rootfs/etc/systemd/system/getty@.service"
   ln -sf /dev/null "$rootfs/etc/systemd/system/systemd-udevd.service"
-  echo "$packages_and_cfg" > "$rootfs/.gpu-rent-ground-built"
+  echo "$built_marker" > "$rootfs/.gpu-rent-ground-built"
 fi
 tar -C "$rootfs" --exclude=./.gpu-rent-ground-built -c . | podman import \
   --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$image" >"$cache/import.log" 2>&1 \

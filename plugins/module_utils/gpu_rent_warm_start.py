@@ -100,6 +100,12 @@ class DroppedCreate(Exception):
     """The create's answer was lost, and whether Nova made the server could not be told, or it made none."""
 
 
+def named_servers(compute, name: str) -> list:
+    """The servers of exactly this name, but a DELETED one (listed a few seconds after a stop ended at it).
+    Nova's name filter is a regex: a rental's name (a-z, 0-9, -) holds no special character, and each is checked."""
+    return [s for s in compute.servers(name=f"^{name}$") if s.name == name and s.status != "DELETED"]
+
+
 def create_once(conn, **attrs):
     """compute.create_server(**attrs), the POST sent once (NO_RESEND_NOTES); after a dropped connection or a
     gateway's error, the server of that name Nova took, or DroppedCreate in words."""
@@ -128,8 +134,7 @@ def create_once(conn, **attrs):
     for pause in DROP_LOOKS:
         time.sleep(pause)
         try:
-            listed = conn.compute.servers(name=f"^{re.escape(name)}$")  # Nova's filter is a regex
-            named = [s for s in listed if s.name == name and s.status != "DELETED"]
+            named = named_servers(conn.compute, name)
         except (ks_exceptions.ConnectionError, sdk_exceptions.SDKException):
             continue
         looked = True

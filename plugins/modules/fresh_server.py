@@ -111,6 +111,7 @@ try:
         DroppedCreate,
         create_once,
         existing,
+        named_servers,
         project_address,
     )
 except ImportError:
@@ -121,6 +122,7 @@ except ImportError:
         DroppedCreate,
         create_once,
         existing,
+        named_servers,
         project_address,
     )
 
@@ -161,9 +163,7 @@ class FreshServerModule(OpenStackModule):
         if not p["volumes_exist"] and not p["image"]:  # the base class passes no required_if on
             self.fail_json(msg="image is required when the create makes the volumes (volumes_exist false)")
         compute = self.conn.compute
-        # find_server would take a DELETED server of the name (a stop just ended at it) and fail on two
-        listed = compute.servers(name=f"^{p['name']}$")  # Nova's filter is a regex: the name is checked below
-        named = [s for s in listed if s.name == p["name"] and s.status != "DELETED"]
+        named = named_servers(compute, p["name"])  # find_server would take a DELETED one, and fail on two
         if len(named) > 1:  # the server role refuses two first; only a race gets here
             self.fail_json(msg=f"{len(named)} servers are named {p['name']} ({', '.join(s.id for s in named)})")
         server = named[0] if named else None
