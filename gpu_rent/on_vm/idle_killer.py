@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import http.client
 import json
 import os
 import stat
@@ -213,6 +214,31 @@ class Unreachable(Exception):
     """A transient failure: no answer, a timeout, a 5xx. The next try may work."""
 
 
+class Gone(CredentialRefused):
+    """Nova's own 404 about this server: gone, or (for the proof) not in the region the killer asks."""
+
+
+# What a cut connection raises: OSError (refused, reset, timed out) or http.client's IncompleteRead and
+# BadStatusLine, which are not OSErrors; ValueError: an answer that is not the JSON it should be.
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException, ValueError)
+
+
+def _body(e: urllib.error.HTTPError) -> str:
+    """An error's body in one line (its first 300 characters): the service's own words on what it refused."""
+    try:
+        return " ".join(e.read().decode(errors="replace")[:300].split())
+    except (OSError, http.client.HTTPException):
+        return ""
+
+
+def _names(body: str, resource_id: str | None) -> bool:
+    """Whether a 404 is the service's answer about this resource. Nova's names it ("Instance <id> could not be
+    found.", nova/exception.py InstanceNotFound, sent by nova/api/openstack/common.py get_instance), Neutron's
+    too ("Floating IP <id> could not be found", neutron_lib/exceptions/l3.py FloatingIPNotFound). A 404 from a
+    URL built wrong (a gateway's, a doubled /v2.0) names nothing: no proof the thing is gone."""
+    return bool(resource_id) and resource_id in body
+
+
 # ------------------------------------------------------------------ acting
 def authenticate(cfg: Config) -> tuple[str, list]:
     """A token and the service catalogue, from the application credential."""
@@ -234,7 +260,7 @@ def authenticate(cfg: Config) -> tuple[str, list]:
         if e.code in (401, 403, 404):
             raise CredentialRefused(f"Keystone refused the credential ({why(e)})") from None
         raise Unreachable(f"Keystone: {why(e)}") from None
-    except (OSError, ValueError, KeyError) as e:
+    except (*TRANSPORT_ERRORS, KeyError) as e:
         raise Unreachable(f"Keystone at {cfg.auth_url}: {why(e)}") from None
     return token, catalog
 
@@ -286,10 +312,15 @@ def show_own_server(cfg: Config, login: tuple[str, list] | None = None) -> tuple
         if e.code == 403:
             raise CredentialRefused(f"the cloud's policy forbids GET {path} to this credential (HTTP 403)") from None
         if e.code == 404:
-            region = cfg.region_name or "the catalogue's only region"
-            raise CredentialRefused(f"Nova in {region} has no server {cfg.server_id} (the wrong region?)") from None
+            body = _body(e)
+            if _names(body, cfg.server_id):
+                region = cfg.region_name or "the catalogue's only region"
+                raise Gone(f"Nova in {region} has no server {cfg.server_id} (the wrong region?)") from None
+            raise CredentialRefused(
+                f"GET {path} answered HTTP 404 not about server {cfg.server_id}: {_wrong_url(body)}"
+            ) from None
         raise Unreachable(f"Nova: {why(e)}") from None
-    except (OSError, ValueError) as e:
+    except TRANSPORT_ERRORS as e:
         raise Unreachable(f"Nova at {url}: {why(e)}") from None
     if shown.get("id") != cfg.server_id:
         raise CredentialRefused(f"Nova answered GET {path} with server {shown.get('id')!r}, not {cfg.server_id}")
@@ -372,45 +403,76 @@ def filled(text: str, held_path: Path) -> str:
     return text
 
 
+def _wrong_url(body: str) -> str:
+    return f"not the service's answer, the catalogue's URL may be wrong ({body or 'no body'})"
+
+
 def delete_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
     """Delete this server (never its volumes: Nova keeps volumes made with delete_on_termination false)."""
-    token, catalog = login or authenticate(cfg)
+    token, catalog = login = login or authenticate(cfg)
     url = f"{endpoint(catalog, 'compute', cfg.interface, cfg.region_name)}/servers/{cfg.server_id}"
     request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="DELETE")
     try:
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
             return f"asked Nova to delete server {cfg.server_id}"
     except urllib.error.HTTPError as e:
-        if e.code == 404:
+        body = _body(e)
+        if e.code == 404 and _names(body, cfg.server_id):  # the proof found it through this URL: it is gone
             return f"server {cfg.server_id} is already gone"
-        body = e.read().decode(errors="replace")[:300]
-        if e.code == 409 and "delet" in body.lower():  # a delete (ours, a tick ago) is under way
-            return f"server {cfg.server_id} is being deleted already"
-        if e.code == 409:  # locked, or another task runs: try again next tick, say which
-            raise Unreachable(f"Nova: HTTP 409 {' '.join(body.split())}") from None
+        if e.code == 404:  # never "gone": the server may bill on behind a URL that reaches no Nova
+            raise CredentialRefused(
+                f"Nova's DELETE answered HTTP 404 not about this server: {_wrong_url(body)}"
+            ) from None
+        if e.code == 409:
+            return _conflict(cfg, login, body)
         if e.code in (401, 403):
             raise CredentialRefused(f"Nova refused to delete server {cfg.server_id} ({why(e)})") from None
         raise Unreachable(f"Nova: {why(e)}") from None
-    except OSError as e:
+    except TRANSPORT_ERRORS as e:
         raise Unreachable(f"Nova at {url}: {why(e)}") from None
+
+
+def _conflict(cfg: Config, login: tuple[str, list], body: str) -> str:
+    """A 409 to the DELETE. Upstream Nova takes a delete in any state (nova/compute/api.py API.delete:
+    check_instance_state(vm_state=None, task_state=None)); a lock or a vendor's build may refuse, and
+    InstanceInvalidState's text names the delete whatever the cause. Only Nova's word on the server itself
+    says a delete is under way; anything else is tried again next tick, in Nova's words."""
+    try:
+        _, shown = show_own_server(cfg, login)
+    except Gone:
+        return f"server {cfg.server_id} is already gone"
+    if shown.get("OS-EXT-STS:task_state") == "deleting" or shown.get("status") in ("DELETED", "SOFT_DELETED"):
+        return f"server {cfg.server_id} is being deleted already"
+    raise Unreachable(f"Nova: HTTP 409 {body}")
+
+
+def network_url(catalog: list, cfg: Config) -> str:
+    """Neutron's v2.0 API: its catalogue entry is usually unversioned, some clouds list it with /v2.0."""
+    base = endpoint(catalog, "network", cfg.interface, cfg.region_name)
+    return base if base.endswith("/v2.0") else f"{base}/v2.0"
 
 
 def delete_floating_ip(cfg: Config, login: tuple[str, list] | None = None) -> str:
     """Delete the floating IP the server had: it bills by the hour with or without a server (Selectel).
     Neutron takes the DELETE of an address still associated (it disassociates it first)."""
     token, catalog = login or authenticate(cfg)
-    url = f"{endpoint(catalog, 'network', cfg.interface, cfg.region_name)}/v2.0/floatingips/{cfg.floating_ip_id}"
+    url = f"{network_url(catalog, cfg)}/floatingips/{cfg.floating_ip_id}"
     request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="DELETE")
     try:
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
             return f"deleted floating IP {cfg.floating_ip_id}"
     except urllib.error.HTTPError as e:
-        if e.code == 404:
+        body = _body(e)
+        if e.code == 404 and _names(body, cfg.floating_ip_id):
             return f"floating IP {cfg.floating_ip_id} is already gone"
+        if e.code == 404:
+            raise CredentialRefused(
+                f"Neutron's DELETE answered HTTP 404 not about this address: {_wrong_url(body)}"
+            ) from None
         if e.code in (401, 403):
             raise CredentialRefused(f"Neutron refused to delete floating IP {cfg.floating_ip_id} ({why(e)})") from None
         raise Unreachable(f"Neutron: {why(e)}") from None
-    except OSError as e:
+    except TRANSPORT_ERRORS as e:
         raise Unreachable(f"Neutron at {url}: {why(e)}") from None
 
 
@@ -597,24 +659,49 @@ def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
         if now - (credential.get("checked_at") or 0) >= cfg.credential_check_seconds:
             credential.update(_check(cfg, now))
         say(_line(decision, credential))
-    write_status(path, status)
+    try:
+        write_status(path, status)
+    except OSError as e:  # a full /run: the memory on the boot volume keeps the clock (restore: this boot's own)
+        say(f"{WARNING}status not written to {path} ({e}): the idle clock goes on from {cfg.memory_file or 'nothing'}")
     keep_memory(cfg, status)
     return status
 
 
 def restore(cfg: Config, before: dict, now: float) -> dict | None:
-    """On a new boot (the status in /run is gone), the memory kept on the boot volume, when it is of this
-    server and this arming: a preemption's restore or a reboot. Its idle clock moves on by the time the VM
-    was down, which is no idleness on the VM; decide() gives it the restore's grace from now."""
-    if before.get("booted_at") is not None or not cfg.memory_file:
+    """The memory kept on the boot volume, when it is of this server and this arming and newer than /run's.
+    Of this boot: /run could not be written (full), and the clock goes on as kept. Of a boot before, on a new
+    boot (the status in /run is gone): a preemption's restore or a reboot; its idle clock moves on by the
+    time the VM was down, which is no idleness on the VM; decide() gives it the restore's grace from now."""
+    if not cfg.memory_file:
         return None
     kept = load_status(Path(cfg.memory_file))
     if kept.get("server_id") != cfg.server_id or kept.get("armed_at") != cfg.armed_at or not kept.get("tick_at"):
         return None  # another server's (a kept boot volume under a new VM), or another arming's: a fresh start
+    boot = this_boot(cfg)
+    if boot is not None and kept.get("boot") == boot:
+        if (before.get("tick_at") or 0) >= kept["tick_at"]:
+            return None  # /run's record is as new: every tick but those after a failed write
+        return {**before, "booted_at": kept.get("booted_at") or now, "memory": kept["memory"],
+                "restored_at": kept.get("restored_at")}  # fmt: skip
+    if before.get("booted_at") is not None:
+        return None
     down = max(0.0, now - kept["tick_at"])
     memory = {k: (v + down if k in ("idle_since", "troubled_since") and v is not None else v)
               for k, v in kept["memory"].items()}  # fmt: skip
     return {**before, "booted_at": kept.get("booted_at") or now, "memory": memory, "restored_at": now}
+
+
+def this_boot(cfg: Config) -> str | None:
+    """This boot: the kernel's boot_id and when PID 1 started (clock ticks after the kernel's boot, field 22
+    of /proc/1/stat). The boot_id alone is shared by the containers on one kernel (the ground's VMs); PID 1's
+    start tells each of their boots apart, as it does a VM's. None when /proc cannot say."""
+    try:
+        kernel = Path(cfg.proc_root, "sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(cfg.proc_root, "1/stat").read_text()
+        started = stat[stat.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        return None
+    return f"{kernel}/{started}"
 
 
 def _restored_at(cfg: Config, status: dict) -> float | None:
@@ -629,6 +716,7 @@ def keep_memory(cfg: Config, status: dict) -> None:
     if not cfg.memory_file:
         return
     kept = {k: status.get(k) for k in ("server_id", "armed_at", "booted_at", "restored_at", "tick_at", "memory")}
+    kept["boot"] = this_boot(cfg)
     try:
         write_status(Path(cfg.memory_file), kept)
     except OSError as e:

@@ -22,13 +22,19 @@ from gpu_rent.on_vm import idle_killer
 from gpu_rent.on_vm.idle_killer import Config
 
 SERVER = "11111111-2222-3333-4444-555555555555"
+CUT = "cut"  # an answer whose body stops mid-way (http.client's IncompleteRead, not an OSError)
+GARBLED = "garbled"  # no HTTP status line at all (http.client's BadStatusLine, not an OSError)
+# Nova's 404 about a server (nova/api/openstack/common.py get_instance: InstanceNotFound's text)
+NOVA_NOT_FOUND = {"itemNotFound": {"code": 404, "message": f"Instance {SERVER} could not be found."}}
 
 
 class Cloud:
     """Keystone's POST /v3/auth/tokens with a catalogue, and Nova behind a gateway at /compute/v2.1."""
 
-    def __init__(self, nova: tuple[int, dict], regions: tuple[str, ...] = ("ru-7",)):
+    def __init__(self, nova: tuple[int, dict], regions: tuple[str, ...] = ("ru-7",), network: str = "/network"):
         self.nova = nova
+        # each service's answer to a DELETE, by the first part of the path ("compute", "network"), or CUT, GARBLED
+        self.deletes: dict[str, tuple[int, dict | str] | str] = {}
         self.asked: list[tuple[str, str]] = []
         cloud = self
 
@@ -36,8 +42,8 @@ class Cloud:
             def log_message(self, *args):
                 pass
 
-            def _send(self, code: int, body: dict, headers: dict | None = None) -> None:
-                data = json.dumps(body).encode()
+            def _send(self, code: int, body: dict | str, headers: dict | None = None) -> None:
+                data = (body if isinstance(body, str) else json.dumps(body)).encode()
                 self.send_response(code)
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
@@ -45,23 +51,37 @@ class Cloud:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _answer(self, answer) -> None:
+                if answer == CUT:
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100")
+                    self.end_headers()
+                    self.wfile.write(b'{"server": ')
+                    self.close_connection = True
+                    return
+                if answer == GARBLED:
+                    self.wfile.write(b"NOT HTTP\r\n\r\n")
+                    self.close_connection = True
+                    return
+                self._send(*answer)
+
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 cloud.asked.append(("POST", self.path))
                 catalog = [
                     {"type": kind, "endpoints": [{"interface": "public", "region_id": r, "url": f"{cloud.url}{path}"}
                                                  for r in regions]}
-                    for kind, path in (("compute", "/compute/v2.1"), ("network", "/network"))
+                    for kind, path in (("compute", "/compute/v2.1"), ("network", network))
                 ]  # fmt: skip
                 self._send(201, {"token": {"catalog": catalog}}, {"X-Subject-Token": "tok"})  # fmt: skip
 
             def do_GET(self):
                 cloud.asked.append(("GET", self.path))
-                self._send(*cloud.nova)
+                self._answer(cloud.nova)
 
             def do_DELETE(self):
                 cloud.asked.append(("DELETE", self.path))
-                self._send(204, {})
+                self._answer(cloud.deletes.get(self.path.split("/")[1], (204, "")))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -87,8 +107,8 @@ def cloud_answering(monkeypatch):
     monkeypatch.setattr(idle_killer, "RETRY_PAUSE", 0.0)
     made: list[Cloud] = []
 
-    def make(code: int, body: dict, regions: tuple[str, ...] = ("ru-7",)) -> Cloud:
-        made.append(Cloud((code, body), regions))
+    def make(code: int, body: dict, regions: tuple[str, ...] = ("ru-7",), network: str = "/network") -> Cloud:
+        made.append(Cloud((code, body), regions, network))
         return made[-1]
 
     yield make
@@ -109,10 +129,11 @@ def test_the_proof_is_a_get_of_its_own_server_at_the_path_the_delete_uses(tmp_pa
     [
         (401, {}, "its access rule does not match the path Nova sees (a gateway before Nova? set idle_killer_rule"),
         (403, {}, "the cloud's policy forbids GET /compute/v2.1/servers/"),
-        (404, {}, f"Nova in ru-7 has no server {SERVER} (the wrong region?)"),
+        (404, NOVA_NOT_FOUND, f"Nova in ru-7 has no server {SERVER} (the wrong region?)"),
+        (404, "<html>404 Not Found</html>", "not the service's answer, the catalogue's URL may be wrong (<html>"),
         (200, {"server": {"id": "another"}}, "answered GET /compute/v2.1/servers/"),
     ],
-    ids=["rule-path", "policy", "region", "another-server"],
+    ids=["rule-path", "policy", "region", "wrong-url", "another-server"],
 )  # fmt: skip
 def test_a_refused_proof_names_its_likely_cause(tmp_path, cloud_answering, code, body, cause):
     result = idle_killer.check_and_record(config(tmp_path, cloud_answering(code, body)))

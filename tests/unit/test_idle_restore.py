@@ -64,14 +64,27 @@ def test_trouble_past_the_restore_grace_is_capped_as_always():
 
 
 # ------------------------------------------------------------------ the program: the memory on the boot volume
+def boot(tmp_path: Path, pid1_started: int) -> str:
+    """A /proc of a boot: one kernel (a container's boots share its boot_id), PID 1 started at pid1_started."""
+    proc = tmp_path / "proc"
+    (proc / "sys/kernel/random").mkdir(parents=True, exist_ok=True)
+    (proc / "sys/kernel/random/boot_id").write_text("7c1c3d40-0b2e-4c6e-9d43-2f1f0b2a9e11\n")
+    (proc / "1").mkdir(exist_ok=True)
+    fields = ["S"] + ["0"] * 18 + [str(pid1_started)] + ["0"] * 30  # field 22 (starttime) after "pid (comm) "
+    (proc / "1/stat").write_text(f"1 (systemd) {' '.join(fields)}\n")
+    return str(proc)
+
+
 def test_a_new_boot_of_the_same_life_goes_on_from_the_memory_on_the_boot_volume(tmp_path, swarm):  # noqa: F811
-    cfg = config(tmp_path, swarm.port, idle_seconds=1800, grace_seconds=2700, restore_grace_seconds=600)
+    cfg = config(tmp_path, swarm.port, idle_seconds=1800, grace_seconds=2700, restore_grace_seconds=600,
+                 proc_root=boot(tmp_path, 1000))  # fmt: skip
     booted = idle_killer.tick(cfg, now=cfg.armed_at, say=lambda _: None)["booted_at"]
     t0 = cfg.armed_at + 3600  # past the boot's grace
     first = idle_killer.tick(cfg, now=t0, say=lambda _: None)
     assert first["memory"]["idle_since"] == t0 and first["restored_at"] is None
     idle_killer.tick(cfg, now=t0 + 25 * MIN, say=lambda _: None)  # idle for 25 min, then preempted
     Path(cfg.status_file).unlink()  # /run is empty after the restore's boot
+    boot(tmp_path, 2000)  # a new boot, on the same kernel as the ground's containers
     back = t0 + 25 * MIN + 3 * 3600  # three hours down
     after = idle_killer.tick(cfg, now=back, say=lambda _: None)
     assert after["restored_at"] == back and after["booted_at"] == first["booted_at"] == booted
@@ -95,10 +108,11 @@ def test_the_memory_of_another_server_or_another_arming_is_a_fresh_start(tmp_pat
 
 
 def test_an_arming_after_the_restore_is_a_fresh_start(tmp_path, swarm):  # noqa: F811
-    cfg = config(tmp_path, swarm.port, idle_seconds=1800, grace_seconds=2700)
+    cfg = config(tmp_path, swarm.port, idle_seconds=1800, grace_seconds=2700, proc_root=boot(tmp_path, 1000))
     idle_killer.tick(cfg, now=cfg.armed_at, say=lambda _: None)
     idle_killer.tick(cfg, now=cfg.armed_at + 3600, say=lambda _: None)
     Path(cfg.status_file).unlink()
+    boot(tmp_path, 2000)
     back = idle_killer.tick(cfg, now=cfg.armed_at + 7200, say=lambda _: None)
     assert back["restored_at"] == cfg.armed_at + 7200
     path = tmp_path / "idle-killer.json"  # up arms it again (another config): its grace, no restore's
@@ -106,3 +120,38 @@ def test_an_arming_after_the_restore_is_a_fresh_start(tmp_path, swarm):  # noqa:
     rearmed = idle_killer.Config.load(path)
     again = idle_killer.tick(rearmed, now=cfg.armed_at + 7400, say=lambda _: None)
     assert again["restored_at"] is None and again["reason"].startswith("grace after boot, 43 min left"), again
+
+
+def test_a_run_that_cannot_be_written_keeps_the_clock_from_the_boot_volume(tmp_path, swarm, monkeypatch):  # noqa: F811
+    """A full /run (money review #13): the status write fails after each look; without the memory on the boot
+    volume every tick would find the stale record and start the idle clock anew, and never delete."""
+    cfg = config(tmp_path, swarm.port, idle_seconds=1800, grace_seconds=0, proc_root=boot(tmp_path, 1000))
+    t0 = cfg.armed_at + 60
+    partial = tmp_path / "Models" / "flux.download.tmp"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"\0")
+    os.utime(partial, (t0, t0))
+    assert idle_killer.tick(cfg, now=t0, say=lambda _: None)["memory"]["idle_since"] is None  # work in /run's record
+    partial.unlink()
+    write = idle_killer.write_status
+
+    def full(path, status, durable=False):
+        if str(path) == cfg.status_file:
+            raise OSError(28, "No space left on device")
+        write(path, status, durable)
+
+    monkeypatch.setattr(idle_killer, "write_status", full)
+    said: list[str] = []
+    ticks = [idle_killer.tick(cfg, now=t0 + m * MIN, say=said.append) for m in range(1, 32)]
+    assert {t["memory"]["idle_since"] for t in ticks} == {t0 + MIN}  # the clock never restarts
+    assert [t["action"] for t in ticks] == ["keep"] * 30 + ["delete"]
+    assert ticks[-1]["restored_at"] is None  # no restore's grace: the VM never went down
+    assert said[1].startswith(f"<4>status not written to {cfg.status_file} ([Errno 28] No space left on device)")
+
+
+def test_without_a_boot_to_tell_apart_a_lost_status_is_a_restore(tmp_path, swarm):  # noqa: F811
+    """A /proc that says nothing (no boot_id): a status gone from /run is taken as a new boot, as before."""
+    cfg = config(tmp_path, swarm.port, idle_seconds=1800, grace_seconds=0, proc_root=str(tmp_path / "no-proc"))
+    idle_killer.tick(cfg, now=cfg.armed_at + 60, say=lambda _: None)
+    Path(cfg.status_file).unlink()
+    assert idle_killer.tick(cfg, now=cfg.armed_at + 120, say=lambda _: None)["restored_at"] == cfg.armed_at + 120
