@@ -178,7 +178,19 @@ def _describe(status: dict | None, now: float, server_id: str | None) -> str:
     backends = status.get("backends")  # "2 of 2 ComfyUI backends running", when SwarmUI listed them
     if backends and str(backends) not in reason:
         line += f"; {backends}"
-    return line + _expiry_warning(status.get("credential_expires_at"), now)
+    return line + _gpu_warning(status.get("gpu_error")) + _expiry_warning(status.get("credential_expires_at"), now)
+
+
+def _gpu_warning(error: object) -> str:
+    """NVML's "Driver/library version mismatch": the NVIDIA userspace was upgraded under a loaded kernel module
+    (the bootstrap holds those packages; an upgrade by hand does it). Until a reboot no GPU work is seen, so a
+    job outside SwarmUI is only kept as capped trouble: said loudly, with the mend."""
+    if not isinstance(error, str) or "mismatch" not in error.lower():
+        return ""
+    return (
+        "; GPU WORK NOT SEEN: the NVIDIA driver and its library differ (an upgrade without a reboot), so a job "
+        "outside SwarmUI is kept only up to the trouble cap; a reboot mends it (`gpu-rent ssh`, `sudo reboot`)"
+    )
 
 
 def _expiry_warning(expires_at: str | None, now: float) -> str:

@@ -149,16 +149,27 @@ def test_the_users_settings_stay_and_only_owned_keys_are_corrected(rented, host,
     assert global_status(host)["backend_status"]["status"] == "running"
 
 
+# a package of the NVIDIA userspace, by name only (the ground has no driver): what the bootstrap holds
+NVIDIA_PACKAGE = (
+    "d=$(mktemp -d) && mkdir $d/DEBIAN && printf 'Package: libnvidia-compute-580\\nVersion: 580.95-0\\n"
+    "Architecture: all\\nMaintainer: ground <ground@localhost>\\nDescription: a name to hold\\n' > $d/DEBIAN/control"
+    " && dpkg-deb --build $d $d.deb >/dev/null && dpkg -i $d.deb >/dev/null && rm -rf $d $d.deb"
+)
+
+
 def test_a_warm_run_finds_and_mends_a_wrong_bind_and_a_stopped_swarmui(rented, host, first_run, tmp_path):
     """What a warm run skips on its probe's word must still be found: a bind over the boot disk (made while
-    the data volume was missing) and a stopped swarmui make it do the work."""
+    the data volume was missing) and a stopped swarmui make it do the work. A package installed since (the
+    dpkg database changed) has the packages checked again, and the NVIDIA userspace held at its version."""
     assert first_run.returncode == 0, converged(first_run)
     broken = ssh(host, "systemctl stop swarmui && umount /opt/swarmui/Models && "
-                       "mount -t tmpfs tmpfs /opt/swarmui/Models")  # fmt: skip
+                       f"mount -t tmpfs tmpfs /opt/swarmui/Models && {NVIDIA_PACKAGE}")  # fmt: skip
     assert broken.returncode == 0, broken.stderr
     rerun = run_bootstrap(rented, tmp_path)
     assert rerun.returncode == 0, converged(rerun)
     assert recap(rerun)["changed"] > 0, converged(rerun)
+    assert "TASK [bootstrap : Hold the NVIDIA driver's packages" in rerun.stdout, converged(rerun)
+    assert ssh(host, "apt-mark showhold").stdout.split() == ["libnvidia-compute-580"]
     top = ssh(host, "findmnt -n -o SOURCE,FSROOT --mountpoint /opt/swarmui/Models | tail -1").stdout.split()
     assert top[-1] == "/Models" and "tmpfs" not in top[0], top  # the data volume's Models, the tmpfs undone
     assert ssh(host, "systemctl is-active swarmui").stdout.strip() == "active"

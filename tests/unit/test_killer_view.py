@@ -70,6 +70,14 @@ def test_a_credential_near_its_expiry_is_mentioned():
     assert "expires" not in describe(status(credential_expires_at=later), NOW)
 
 
+def test_a_driver_and_library_of_two_versions_is_said_loudly_with_its_mend():
+    mismatch = "Failed to initialize NVML: Driver/library version mismatch"
+    line = describe(status(gpu_error=mismatch, reason=f"GPU not read ({mismatch}): counted as busy for 50 min more"),
+                    NOW)  # fmt: skip
+    assert "GPU WORK NOT SEEN: the NVIDIA driver and its library differ" in line and "`sudo reboot`" in line
+    assert "GPU WORK NOT SEEN" not in describe(status(gpu_error="no nvidia-smi on PATH"), NOW)
+
+
 def test_a_damaged_report_is_said_not_raised():
     assert "unreadable" in describe(status(tick_at="x"), NOW)
     assert "unreadable" in describe(status(credential="ok"), NOW)
