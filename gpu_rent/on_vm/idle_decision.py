@@ -13,7 +13,8 @@ The rules, in order (SPEC §7, with the order of work and trouble fixed by issue
 4. any sign of work keeps it and restarts the empty-queue clock, whatever else is
    wrong: a GetGlobalStatus counter above 0, a prompt in any ComfyUI's own
    queue, a GPU busier than IDLE_GPU_PERCENT, the LLM runtime's own activity (a
-   model Ollama keeps loaded, a llama.cpp slot or request at work), the user's
+   model Ollama keeps loaded, or one kept for ever whose end moved: a request
+   ended; a llama.cpp slot or request at work), the user's
    KEEP_ALIVE_COMMAND exiting 0 - even when SwarmUI's aggregate backend_status
    says errored (it does as soon as ANY backend errored,
    BackendHandler.CurrentBackendStatus), or SwarmUI answers with an error;
@@ -24,7 +25,8 @@ The rules, in order (SPEC §7, with the order of work and trouble fixed by issue
    not tell its queue - counts as busy only up to a cap, so that no trouble keeps
    a VM alive for ever; so does a KEEP_ALIVE_COMMAND that cannot say (not found,
    timed out), and an LLM runtime that runs but does not tell (a timeout, an
-   HTTP 5xx, an answer of another shape, a model kept loaded for ever): never
+   HTTP 5xx, an answer of another shape, a model of a long keep-alive whose end
+   did not move): never
    silently idle. An LLM runtime that is not there to ask (nothing listens on
    its port, the route is switched off) is only named: it can run nothing;
 6. then the clock runs, and the VM goes when it has run IDLE_MINUTES. It never
@@ -46,10 +48,19 @@ a whole IDLE_MINUTES of ticks all found every GPU at or below the threshold, so
 one quiet sample between two batches never fires it. Memory in use is no work:
 ComfyUI keeps its models loaded.
 
-Work has no cap, on purpose: the product never deletes a VM while work runs. A
-counter that never drops (a prompt hung in ComfyUI) keeps the VM until someone
-looks: `gpu-rent status` names it in the killer's line. SwarmUI itself ends a
-generation waiting for a backend after Backends.MaxTimeoutMinutes (120).
+Work the GPU shows has no cap, on purpose: the product never deletes a VM while
+work runs. Work that only SwarmUI's or ComfyUI's counters tell, with every GPU
+read and at or below IDLE_GPU_PERCENT for IDLE_HUNG_MINUTES, is hung (SwarmUI
+#1219: a queue frozen in ComfyUI, every GPU at 0 %): the reason line warns of it
+ten minutes before, then it is trouble counted from when the GPU went quiet,
+capped like any other. A GPU that cannot be read never makes work hung.
+SwarmUI itself ends a generation waiting for a backend after
+Backends.MaxTimeoutMinutes (120).
+
+One file past 500 lines on purpose: decide() and every rule it weighs, in the
+order it weighs them, read as one; the signals' words (the LLM runtime's, the
+GPUs', SwarmUI's) are the reason lines the journal and `gpu-rent status` show,
+and the tests hold them against this one function.
 """
 
 from __future__ import annotations
@@ -67,8 +78,12 @@ BUSY_COUNTERS = ("waiting_gens", "live_gens", "waiting_backends", "loading_model
 OUR_BACKEND_TYPE = "comfyui_selfstart"
 OUR_START_SCRIPT = "dlbackend/ComfyUI/main.py"
 LLM_NAMES = {"ollama": "Ollama", "llamacpp": "llama.cpp"}
-# Ollama keeps a model "for ever" (a keep_alive below 0) as a keep-alive of MaxInt64 ns, ~292 years
-# (envconfig.KeepAlive, api.Duration): its expires_at then says nothing of when it was last used.
+HUNG_WARNING_SECONDS = 600.0  # how long before work counts as hung the reason line says it will (or half the wait)
+# Ollama keeps a model "for ever" (a keep_alive below 0) as a keep-alive of math.MaxInt64 ns, ~292 years
+# (envconfig/config.go KeepAlive, api/types.go Duration.UnmarshalJSON), and moves its end like any other's
+# when a request ends (server/sched.go processCompleted: expiresAt = now + sessionDuration): its expires_at,
+# less that keep-alive, is when its last request ended. An end further off than LLM_FOREVER_SECONDS is one.
+GO_FOREVER_SECONDS = ((1 << 63) - 1) / 1e9
 LLM_FOREVER_SECONDS = 100 * 365 * 86400.0
 
 
@@ -84,6 +99,10 @@ class Limits:
     # after a restore (a preemption's, a reboot): the VM is not deleted and trouble does not count, but the
     # idle clock goes on from where it stood before the VM went down
     restore_grace_seconds: float = 600
+    # IDLE_HUNG_MINUTES: work that only SwarmUI's or ComfyUI's counters tell, with every GPU read and at or below
+    # gpu_percent this long, is hung (SwarmUI #1219: a frozen queue), trouble from when the GPU went quiet;
+    # None: never (and never without a GPU reading)
+    hung_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,7 @@ class LlmLook:
     # llama.cpp's GET /metrics, read when /slots is off: requests processing plus deferred; None: not read
     requests: int | None = None
     error: str | None = None  # why nothing was read
+    loading: bool = False  # Ollama's /api/ps waits for a model load (silent too: a load that stalls is capped)
     # it answered, or did not within the timeout, without telling (an HTTP 5xx such as llama.cpp's 503 while
     # it loads, an answer of another shape): it may be working; False with an error: nothing there to ask
     silent: bool = False
@@ -146,6 +166,7 @@ class Memory:
     troubled_since: float | None = None  # when SwarmUI stopped answering, or its backend stopped running
     # each loaded Ollama model's keep-alive end at the last tick: one that moved means a request came since
     llm_seen: dict = field(default_factory=dict, hash=False)
+    hung_since: float | None = None  # since when the counters hold work with every GPU quiet (Limits.hung_seconds)
 
 
 @dataclass(frozen=True)
@@ -171,19 +192,33 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         # anything that keeps the VM for a reason of its own restarts the empty-queue clock
         return Decision(KEEP, reason, replace(memory, idle_since=None, **changes))
 
+    # a generation waiting on what these keep for (a download, a seeding, a hold) is not hung meanwhile
     if seen.hold_until is not None and seen.hold_until > now:
-        return keep(f"hold for {_minutes(seen.hold_until - now)} more", troubled_since=None)
+        return keep(f"hold for {_minutes(seen.hold_until - now)} more", troubled_since=None, hung_since=None)
     if now - seen.booted_at < limits.grace_seconds:
         left = limits.grace_seconds - (now - seen.booted_at)
-        return keep(f"grace after boot, {_minutes(left)} left", troubled_since=None)
+        return keep(f"grace after boot, {_minutes(left)} left", troubled_since=None, hung_since=None)
     if seen.seeding_until is not None and seen.seeding_until > now:
-        return keep("seeding runs (extensions, models or a push)")
+        return keep("seeding runs (extensions, models or a push)", hung_since=None)
     if seen.downloads:
         more = f" and {len(seen.downloads) - 1} more" if len(seen.downloads) > 1 else ""
-        return keep(f"download of {seen.downloads[0]}{more}")
+        return keep(f"download of {seen.downloads[0]}{more}", hung_since=None)
 
     trouble = _trouble(seen, limits, before)
-    work = _work(seen, limits, before)
+    queued, other = _queued(seen), _other_work(seen, limits, before)
+    hung_since = _hung_since(seen, limits, memory, queued, other)
+    memory = replace(memory, hung_since=hung_since)
+    work = ", ".join(w for w in (queued, other) if w) or None
+    if hung_since is not None and now - hung_since >= limits.hung_seconds:
+        # no work then: trouble from the moment the GPU went quiet, so the cap is mostly spent already
+        hung = f"{queued}, but every GPU at or below {limits.gpu_percent:g} %: hung"
+        trouble = f"{hung}; {trouble}" if trouble else hung
+        memory = replace(memory, troubled_since=min(memory.troubled_since or hung_since, hung_since))
+        work = None
+    elif hung_since is not None and (left := limits.hung_seconds - (now - hung_since)) <= min(
+        HUNG_WARNING_SECONDS, limits.hung_seconds / 2
+    ):
+        work = f"{work}, every GPU quiet for {_minutes(now - hung_since)}: hung in {_minutes(left)} more"
     if work:  # work seen is work done: whatever is wrong besides, the cap counts from when it ends
         return keep(f"{work}; {trouble}" if trouble else work, troubled_since=None)
 
@@ -287,13 +322,31 @@ def _silent_comfy(seen: Observation) -> str | None:
     return f"ComfyUI on port {ports} does not tell its queue"
 
 
-def _work(seen: Observation, limits: Limits, llm_before: dict) -> str | None:
-    """Work in SwarmUI, its ComfyUI backends, on a GPU or by the user's own measure, in words; None: none."""
+def _queued(seen: Observation) -> str | None:
+    """Work SwarmUI's counters or ComfyUI's own queues tell, in words; None: none."""
     counters = (seen.status or {}).get("status")
     counters = counters if isinstance(counters, dict) else {}
     busy = [f"{int(counters[k])} {k.replace('_', ' ')}" for k in BUSY_COUNTERS if _count(counters.get(k)) > 0]
     if seen.comfy_queue > 0:
         busy.append(f"{seen.comfy_queue} in the ComfyUI queue")
+    return ", ".join(busy) or None
+
+
+def _hung_since(
+    seen: Observation, limits: Limits, memory: Memory, queued: str | None, other: str | None
+) -> float | None:
+    """Since when the counters alone tell work while every GPU was read and quiet; None when they tell none, another
+    sign of work is there, or a GPU was not read: a GPU that cannot be read never makes work hung."""
+    if limits.hung_seconds is None or limits.gpu_percent is None or not queued or other:
+        return None
+    if not seen.gpus or any(utilization is None for _index, utilization, _memory in seen.gpus):
+        return None
+    return memory.hung_since if memory.hung_since is not None else seen.now
+
+
+def _other_work(seen: Observation, limits: Limits, llm_before: dict) -> str | None:
+    """Work on a GPU, in the LLM runtime or by the user's own measure, in words; None: none."""
+    busy = []
     if limits.gpu_percent is not None and seen.gpus:
         hot = [(i, u) for i, u, _mem in seen.gpus if u is not None and u > limits.gpu_percent]
         if hot:
@@ -317,20 +370,26 @@ def _quiet_gpu(seen: Observation, limits: Limits) -> str | None:
     return "no GPU work"
 
 
-def _llm_models(seen: Observation) -> tuple[list[tuple[str, float | None]], list[str]]:
-    """Ollama's loaded models: those whose keep-alive tells of their use, and those kept for ever."""
+def _llm_models(seen: Observation) -> tuple[list[tuple[str, float | None]], list[tuple[str, float]]]:
+    """Ollama's loaded models: those of a keep-alive that runs out, and those kept for ever."""
     told, forever = [], []
     for name, ends in seen.llm.models if seen.llm else ():
         if ends is not None and ends - seen.now > LLM_FOREVER_SECONDS:
-            forever.append(name)
+            forever.append((name, ends))
         else:
             told.append((name, ends))
     return told, forever
 
 
 def _llm_ends(seen: Observation) -> dict:
-    told, _forever = _llm_models(seen)
-    return {name: ends for name, ends in told if ends is not None}
+    told, forever = _llm_models(seen)
+    return {name: ends for name, ends in told + forever if ends is not None}
+
+
+def _llm_moved(name: str, ends: float, before: dict) -> bool:
+    """Whether a model's end moved since the last look (or was not seen then): a request ended between."""
+    last = before.get(name)
+    return not isinstance(last, int | float) or abs(ends - last) > 1
 
 
 def _llm_used(name: str, ends: float | None, seen: Observation, limits: Limits, before: dict) -> bool:
@@ -340,8 +399,7 @@ def _llm_used(name: str, ends: float | None, seen: Observation, limits: Limits, 
     _llm_trouble counts it, capped, since a request running on it moves nothing until it ends."""
     if ends is None or ends <= seen.now or ends - seen.now <= limits.idle_seconds:
         return True
-    last = before.get(name)
-    return not isinstance(last, int | float) or abs(ends - last) > 1
+    return _llm_moved(name, ends, before)
 
 
 def _llm_unseen(seen: Observation, limits: Limits, before: dict) -> list[tuple[str, float]]:
@@ -353,12 +411,22 @@ def _llm_unseen(seen: Observation, limits: Limits, before: dict) -> list[tuple[s
     ]
 
 
+def _last_request(ends: float, now: float) -> str:
+    """What a for-ever model's end tells (GO_FOREVER_SECONDS): before its first request ends, Ollama reports
+    now + the keep-alive (sched.go loadedModels), which reads as a request ending this moment: in use."""
+    ended = ends - GO_FOREVER_SECONDS
+    return "in use" if now - ended < 2 else f"last request ended {_minutes(now - ended)} ago"
+
+
 def _llm_work(seen: Observation, limits: Limits, before: dict) -> str | None:
     """'LLM runtime: model llama3.2:1b loaded (keep-alive for 4 min more)', a llama.cpp slot or request at work."""
     llm = seen.llm
     if llm is None or llm.error:
         return None
-    told = [(name, ends) for name, ends in _llm_models(seen)[0] if _llm_used(name, ends, seen, limits, before)]
+    told_models, forever_models = _llm_models(seen)
+    told = [(name, ends) for name, ends in told_models if _llm_used(name, ends, seen, limits, before)]
+    forever = [(name, ends) for name, ends in forever_models if _llm_moved(name, ends, before)]
+    more = f" and {len(told) + len(forever) - 1} more" if len(told) + len(forever) > 1 else ""
     if told:
         # Ollama lists a model from its load until its keep-alive ends; a request keeps it however long it
         # runs (server/sched.go: the expiry is set when the last request ends), so a past end means in use
@@ -369,8 +437,10 @@ def _llm_work(seen: Observation, limits: Limits, before: dict) -> str | None:
             kept = " (in use)"
         else:
             kept = f" (keep-alive for {_minutes(ends - seen.now)} more)"
-        more = f" and {len(told) - 1} more" if len(told) > 1 else ""
         return f"LLM runtime: model {_line(name)} loaded{kept}{more}"
+    if forever:  # its end moved: a request ended since the last look
+        name, ends = max(forever, key=lambda model: model[1])
+        return f"LLM runtime: model {_line(name)} used (kept loaded for ever, {_last_request(ends, seen.now)}){more}"
     if llm.awake:
         return "LLM runtime: llama.cpp model loaded (it sleeps once unused for its --sleep-idle-seconds)"
     if llm.slots and any(llm.slots):
@@ -395,10 +465,9 @@ def _llm_trouble(seen: Observation, limits: Limits, before: dict) -> str | None:
         return None
     if llm.error:
         name = LLM_NAMES.get(llm.runtime, llm.runtime)
+        if llm.loading:
+            return f"LLM runtime: {name} loading a model ({_line(llm.error)})"
         return f"LLM runtime: {name} not read ({_line(llm.error)})" if llm.silent else None
-    _told, forever = _llm_models(seen)
-    if forever:
-        return f"LLM runtime: model {_line(forever[0])} kept loaded for ever (keep_alive -1), its use unseen"
     unseen = _llm_unseen(seen, limits, before)
     if unseen:
         name, ends = max(unseen, key=lambda model: model[1])
@@ -410,8 +479,12 @@ def _llm_trouble(seen: Observation, limits: Limits, before: dict) -> str | None:
 def _quiet_llm(seen: Observation) -> str | None:
     """What an idle tick knows of the LLM runtime: 'no Ollama model loaded', or why it was not read."""
     llm = seen.llm
-    if llm is None or llm.silent or any(_llm_models(seen)):  # a model loaded on an idle tick: trouble says it
+    told, forever = _llm_models(seen)
+    if llm is None or llm.silent or told:  # a model of a long keep-alive loaded on an idle tick: trouble says it
         return None
+    if forever:  # its end did not move since the last look: no request ended, the clock runs from the last
+        name, ends = max(forever, key=lambda model: model[1])
+        return f"Ollama model {_line(name)} kept loaded for ever, {_last_request(ends, seen.now)}"
     name = LLM_NAMES.get(llm.runtime, llm.runtime)
     if llm.error:  # nothing listens, or the route is off: it can run nothing, or its work cannot be seen
         return f"{name} not read ({_line(llm.error)})"

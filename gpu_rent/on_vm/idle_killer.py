@@ -129,6 +129,7 @@ class Config:
     disk_seconds: float = 5  # how long a tick waits for the data volume's reads before it counts as trouble
     armed_at: float = 0  # when this config was written (the role arms; the grace runs from then too)
     gpu_percent: float | None = 10.0  # IDLE_GPU_PERCENT: a GPU busier than this is work; None: not read
+    hung_seconds: float | None = 3600.0  # IDLE_HUNG_MINUTES: counters with every GPU quiet this long: hung; None: never
     nvidia_smi: str = "nvidia-smi"  # found on PATH, as the NVIDIA driver installs it
     shell: bool = True  # IDLE_SHELL: a key typed in a terminal holds the clock back
     pts_root: str = "/dev/pts"
@@ -154,9 +155,10 @@ class Config:
                     "keep_alive_timeout", "disk_seconds", "restore_grace_seconds"):  # fmt: skip
             if key in known:
                 known[key] = float(known[key])
-        if "gpu_percent" in known:  # off (YAML reads it as false), empty or null: GPUs not looked at
-            raw = known["gpu_percent"]
-            known["gpu_percent"] = None if raw is False or raw in (None, "", "off", "False", "None") else float(raw)
+        for key in ("gpu_percent", "hung_seconds"):  # off (YAML reads it as false), empty or null: not looked at
+            if key in known:
+                raw = known[key]
+                known[key] = None if raw is False or raw in (None, "", "off", "False", "None") else float(raw)
         for key in ("shell", "llm"):
             if key in known:
                 known[key] = str(known[key]).lower() in ("true", "1", "yes", "on")
@@ -187,6 +189,7 @@ class Config:
             billing_margin_seconds=self.billing_margin_seconds,
             rental_started_at=self.rental_started_at,
             restore_grace_seconds=self.restore_grace_seconds,
+            hung_seconds=self.hung_seconds,
         )
 
 
@@ -686,7 +689,7 @@ def restore(cfg: Config, before: dict, now: float) -> dict | None:
     if before.get("booted_at") is not None:
         return None
     down = max(0.0, now - kept["tick_at"])
-    memory = {k: (v + down if k in ("idle_since", "troubled_since") and v is not None else v)
+    memory = {k: (v + down if k in ("idle_since", "troubled_since", "hung_since") and v is not None else v)
               for k, v in kept["memory"].items()}  # fmt: skip
     return {**before, "booted_at": kept.get("booted_at") or now, "memory": memory, "restored_at": now}
 

@@ -233,8 +233,26 @@ def _ollama_look(url: str, timeout: float) -> LlmLook:
             raise ValueError("models is not a list of models")
         found = tuple((str(m.get("name") or m.get("model") or "?"), go_time(m.get("expires_at"))) for m in models)
     except (OSError, ValueError, TypeError, KeyError) as e:
+        if _timed_out(e) and _answers(f"{url}/api/version", min(timeout, 2.0)):
+            # server/sched.go load holds the new runner's refMu until it runs, and loadedModels (PsHandler)
+            # locks every runner's: /api/ps waits for a whole load while the rest of the server answers
+            return LlmLook("ollama", error="GET /api/ps waits for a model load", silent=True, loading=True)
         return _llm_unread("ollama", e)
     return LlmLook("ollama", models=found)
+
+
+def _timed_out(error: BaseException) -> bool:
+    return isinstance(error, TimeoutError) or (
+        isinstance(error, urllib.error.URLError) and isinstance(error.reason, TimeoutError)
+    )
+
+
+def _answers(url: str, timeout: float) -> bool:
+    try:
+        _get(url, timeout)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _llamacpp_look(url: str, timeout: float) -> LlmLook:

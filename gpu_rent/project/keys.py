@@ -73,6 +73,11 @@ KEYS: dict[str, Key] = {
     "IDLE_GPU_PERCENT": Key(
         "a whole number 0..100, or off", 10, "a GPU busier than this (%) is work that keeps the VM; off: not looked at"
     ),
+    "IDLE_HUNG_MINUTES": Key(
+        f"minutes, 1..{MAX_MINUTES}, or off",
+        60,
+        "SwarmUI work with every GPU at or below IDLE_GPU_PERCENT this long is hung, not work; off: never",
+    ),
     "IDLE_SHELL": Key(
         "true/false, yes/no, on/off or 1/0", True, "a key typed in a shell on the VM keeps it IDLE_MINUTES from the key"
     ),
@@ -260,6 +265,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "IDLE_MINUTES": _whole(1, MAX_MINUTES),
     "IDLE_GRACE_MINUTES": _whole(0, MAX_MINUTES),
     "IDLE_GPU_PERCENT": _off_or(_whole(0, 100)),
+    "IDLE_HUNG_MINUTES": _off_or(_whole(1, MAX_MINUTES)),
     "IDLE_SHELL": _bool,
     "IDLE_LLM": _bool,
     "KEEP_ALIVE_COMMAND": _text,

@@ -40,6 +40,7 @@ class Settings:
     idle_minutes: int
     idle_grace_minutes: int
     idle_gpu_percent: int | None
+    idle_hung_minutes: int | None
     idle_shell: bool
     idle_llm: bool
     keep_alive_command: str | None

@@ -289,6 +289,30 @@ def test_gpu_work_keeps_the_vm_and_memory_in_use_alone_does_not(vm):
     assert "GPU not read (no nvidia-smi on PATH)" in next_reason(address)["reason"]
 
 
+def test_a_generation_frozen_with_every_gpu_quiet_is_named_hung_and_the_idle_clock_runs(vm):
+    """SwarmUI #1219: a generation's counter stays above zero while every GPU is at 0 %. Past the hung wait it is
+    trouble counted from when the GPU went quiet (the cap spent by then), and the idle clock runs to a deadline;
+    the delete a deadline makes is the same in every case (the tests below see it)."""
+    address = vm.address
+    settle(address)
+    install = f"cat > {NVIDIA_SMI} && chmod 755 {NVIDIA_SMI}"
+    staged = subprocess.run([*ssh_argv(), f"root@{address}", install], input=nvidia_smi_script("0, 0, 20321\n", 0),
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert staged.returncode == 0, staged.stderr
+    rearm(vm, idle_killer_hung_seconds=8, idle_killer_cap_seconds=4)
+    try:
+        standin(address, "/StandinTest/QueueGeneration", {"seconds": 40, "count": 1})
+        hung = wait_until("the generation named hung",
+                          lambda: (s := next_reason(address)) and "hung for" in s["reason"] and s, 60)  # fmt: skip
+        assert re.match(r"1 live gens.*, but every GPU at or below 10 %: hung for \d+ min", hung["reason"]), hung
+        assert hung["action"] == "keep" and hung["fires_at"] == pytest.approx(hung["memory"]["idle_since"] + 900)
+        assert re.search(r"1 live gens.*, every GPU quiet for \d+ min: hung in \d+ min more", journal(address))
+    finally:
+        ssh(address, f"rm -f {NVIDIA_SMI}")
+        rearm(vm)  # the module's times
+    settle(address)  # the generation over: the tests after it find an empty queue
+
+
 def test_a_key_typed_in_an_ssh_terminal_holds_the_clock_and_an_untouched_one_does_not(vm):
     address = vm.address
     before = set(ssh(address, "ls /dev/pts").stdout.split())

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -892,24 +893,53 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_
     seconds = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 20, "idle_killer_tick_seconds": 2}
     rearmed = playbook(project, "idle_killer.yml", *[f"-e{k}={v}" for k, v in seconds.items()])
     assert rearmed.returncode == 0, rearmed.stdout[-3000:]
-    # a generation on the LLM runtime keeps the VM, and the killer's reason names its model
-    after = time.time()
-    answer = http(f"{llm_url(project)}/api/generate", "POST", {"model": llm.model, "prompt": "hi", "stream": False})
-    assert answer["done"] is True
-    assert [m["name"] for m in http(f"{llm_url(project)}/api/ps")["models"]] == [llm.model]
+
+    # A chat front-end's keep_alive -1 keeps the model loaded for ever; Ollama moves its end at each request's
+    # end all the same (server/sched.go processCompleted): each request that ended is work, named with its
+    # model, and the VM goes IDLE_MINUTES after the last one, not after the trouble cap (audit U1).
+    def ask() -> float:
+        body = {"model": llm.model, "prompt": "hi", "stream": False, "keep_alive": -1}
+        assert http(f"{llm_url(project)}/api/generate", "POST", body)["done"] is True
+        return time.time()
 
     def report() -> dict:
         read = ssh(address, "cat /run/gpu-rent/idle-killer.json")
         return json.loads(read.stdout) if read.returncode == 0 else {}
 
-    told = wait_until("the killer's tick", lambda: (r := report()).get("tick_at", 0) > after and r, 60, 1)
-    assert told["reason"].startswith(f"LLM runtime: model {llm.model} loaded"), told
+    def tick_after(moment: float, starts: str) -> dict:
+        return wait_until(f"a tick saying {starts!r}",
+                          lambda: (r := report()).get("tick_at", 0) > moment and r["reason"].startswith(starts) and r,
+                          60, 1)  # fmt: skip
+
+    # A load holds /api/ps until the model is up (server/sched.go load keeps the runner's lock; the stand-in's
+    # load takes STANDIN_OLLAMA_LOAD_SECONDS): the killer keeps the VM and names a load, not an Ollama fault.
+    dropin = "/etc/systemd/system/ollama.service.d/standin-load.conf"
+    unit = "[Service]\\nEnvironment=STANDIN_OLLAMA_LOAD_SECONDS=12\\n"
+    slow = ssh(address, f"mkdir -p {dropin.rsplit('/', 1)[0]} && printf '{unit}' > {dropin} && "
+                        "systemctl daemon-reload && systemctl restart ollama && for i in $(seq 100); do "
+                        "curl -sf -o /dev/null 127.0.0.1:11434/api/version && break; sleep 0.1; done")  # fmt: skip
+    assert slow.returncode == 0, slow.stderr
+    loading = threading.Thread(target=ask)
+    loading.start()
+    try:
+        load = tick_after(time.time(), "LLM runtime: Ollama loading a model (GET /api/ps waits for a model load)")
+        assert load["action"] == "keep" and "counted as busy" in load["reason"], load
+    finally:
+        loading.join()
+        ssh(address, f"rm -f {dropin} && systemctl daemon-reload")  # the next start loads at once again
+    used = f"LLM runtime: model {llm.model} used (kept loaded for ever, "
+    told = tick_after(load["tick_at"], used)  # the load's request ended: its model's end is new
+    assert [m["name"] for m in http(f"{llm_url(project)}/api/ps")["models"]] == [llm.model]
+    quiet = tick_after(told["tick_at"], "queue empty")  # the clock runs from the first request's end
+    assert f"Ollama model {llm.model} kept loaded for ever, last request ended" in quiet["reason"], quiet
+    last = ask()
+    worked = tick_after(last, used)
     assert ours.servers()[0].status == "ACTIVE"
-    # unloaded (an empty prompt with keep_alive 0, api.md), the model keeps nothing: the idle clock runs
-    http(f"{llm_url(project)}/api/generate", "POST", {"model": llm.model, "keep_alive": 0})
-    wait_until("the killer's deadline", lambda: status(project)["idle_killer"]["status"].get("fires_at"), 60, 1)
-    said = status(project)["idle_killer"]["status"]  # the user looks once, then closes the laptop
-    assert said["server_id"] == server.id and said["fires_at"], said
+    said = wait_until("the killer's deadline after the last request",
+                      lambda: (s := status(project)["idle_killer"]["status"]).get("fires_at")
+                      and s["tick_at"] > worked["tick_at"] and s, 60, 1)  # fmt: skip
+    # the user looks once, then closes the laptop
+    assert said["server_id"] == server.id and said["fires_at"] > last + 20 > quiet["fires_at"], (said, quiet)
     wait_until("the VM deleted by its idle-killer", lambda: not ours.servers(), 90)
     # the tunnel up opened read the killer's report as it forwarded: it closes saying who deleted the VM
     record = project / ".gpu-rent" / "tunnel.json"

@@ -526,15 +526,49 @@ def test_the_reason_names_a_model_in_use_first_and_counts_the_others():
     assert decide(seen(**ollama(("phi4:14b", None))), LIMITS, Memory()).reason == "LLM runtime: model phi4:14b loaded"
 
 
-def test_a_model_kept_loaded_for_ever_tells_nothing_of_its_use_trouble_capped():
-    forever = ollama(("llama3.2:1b", LATE + 292 * 365 * 24 * 60 * MIN))  # keep_alive -1: MaxInt64 ns
-    first, at_cap, end = run([seen(LATE + m * MIN, **forever) for m in (0, 60, 90)])
-    said = "LLM runtime: model llama3.2:1b kept loaded for ever (keep_alive -1), its use unseen"
-    assert first.action == KEEP and first.reason == f"{said}: counted as busy for 60 min more"
-    assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE and end.reason.startswith(said)
-    # a model of a long but finite keep-alive is the user's choice, kept as asked
-    day = decide(seen(**ollama(("llama3.2:1b", LATE + 24 * 60 * MIN))), LIMITS, Memory())
-    assert day.reason == "LLM runtime: model llama3.2:1b loaded (keep-alive for 1440 min more)"
+FOREVER = ((1 << 63) - 1) / 1e9  # keep_alive -1: math.MaxInt64 ns (Ollama's envconfig.KeepAlive)
+
+
+def test_a_model_kept_for_ever_is_work_when_a_request_ended_and_idle_from_the_last_one():
+    """Upstream moves a for-ever model's end at every request end (sched.go processCompleted), as the audit's
+    U1 read: a chat every 4 minutes keeps the VM; after the last request the VM goes IDLE_MINUTES later."""
+
+    def used(minute: float) -> dict:  # the last request ended at this minute
+        return ollama(("llama3.2:1b", LATE + minute * MIN + FOREVER))
+
+    chat = [seen(LATE + m * MIN, **used(4 * ((m - 1) // 4) + 0.5)) for m in range(1, 121)]  # one every 4 min
+    decisions = run(chat)
+    assert all(d.action == KEEP for d in decisions), [d.reason for d in decisions if d.action != KEEP]
+    assert decisions[0].reason == "LLM runtime: model llama3.2:1b used (kept loaded for ever, last request " \
+        "ended 0 min ago)"  # fmt: skip
+    assert decisions[2].reason == "queue empty, Ollama model llama3.2:1b kept loaded for ever, last request " \
+        "ended 2 min ago, idle for 1 min"  # fmt: skip
+    assert decisions[4].action == KEEP and decisions[4].memory.idle_since is None  # minute 5: the next request
+    # the last request ended at minute 116.5; the look at 117 saw it, the clock runs from the look at 118
+    quiet = [seen(LATE + m * MIN, **used(116.5)) for m in range(121, 150)]
+    after = run(quiet, decisions[-1].memory)
+    assert [d.action for d in after].index(DELETE) == 148 - 121
+    assert after[148 - 121].reason.endswith("idle for 30 min: deleting this server")
+    # one request, then nothing: deleted IDLE_MINUTES on, never kept to the trouble cap
+    once = run([seen(LATE + m * MIN, **used(0)) for m in range(1, 33)])
+    assert [d.action for d in once].index(DELETE) == 31 and "counted as busy" not in once[31].reason
+
+
+def test_a_model_kept_for_ever_before_its_first_request_ends_is_in_use():
+    """Ollama reports now + the keep-alive until a runner's first request ends (sched.go loadedModels)."""
+    ticks = [seen(LATE + m * MIN, **ollama(("qwen3:4b", LATE + m * MIN + FOREVER))) for m in range(0, 40)]
+    decisions = run(ticks)
+    assert all(d.action == KEEP and d.memory.idle_since is None for d in decisions)
+    assert decisions[5].reason == "LLM runtime: model qwen3:4b used (kept loaded for ever, in use)"
+
+
+def test_a_model_of_a_long_keep_alive_that_did_not_move_is_trouble_capped():
+    """A client's long but finite keep-alive (24h): its end does not tell when its last request ended, and a
+    request running on it moves nothing until it ends: capped trouble, as before."""
+    day = ollama(("llama3.2:1b", LATE + 24 * 60 * MIN))
+    first, later = run([seen(LATE, **day), seen(LATE + MIN, **day)])
+    assert first.reason == "LLM runtime: model llama3.2:1b loaded (keep-alive for 1440 min more)"
+    assert later.reason.startswith("LLM runtime: model llama3.2:1b kept loaded 1439 min more and no request ended")
 
 
 @pytest.mark.parametrize(
@@ -626,3 +660,67 @@ def test_a_failed_look_at_ollama_keeps_the_ends_it_saw():
     ticks = run([seen(LATE, **asked), seen(LATE + MIN, **failed), seen(LATE + 2 * MIN, **asked)])
     assert ticks[1].memory.llm_seen == {"llama3.2:1b": LATE + day}
     assert "its use unseen" in ticks[2].reason
+
+
+# ------------------------------------------------- issue 38: hung work (SwarmUI #1219)
+HUNG = replace(ALL_ON, hung_seconds=60 * MIN)
+QUIET_GPU = ((0, 0.0, 20_000.0),)  # a model in VRAM, nothing computing
+
+
+def test_a_generation_with_every_gpu_quiet_is_hung_after_the_wait_and_goes_idle_minutes_later():
+    frozen = {"status": running(live_gens=1), "gpus": QUIET_GPU}
+    decisions = run([seen(LATE + m * MIN, **frozen) for m in range(0, 91)], limits=HUNG)
+    actions = [d.action for d in decisions]
+    assert actions.index(DELETE) == 90  # 60 min hung wait (the cap spent within it), then IDLE_MINUTES
+    assert decisions[10].reason == "1 live gens"  # a long quiet step, said nothing of yet
+    assert decisions[50].reason == "1 live gens, every GPU quiet for 50 min: hung in 10 min more"
+    assert decisions[60].reason == "1 live gens, but every GPU at or below 10 %: hung for 60 min, no GPU work, " \
+        "idle for 0 min"  # fmt: skip
+    assert decisions[60].fires_at == LATE + 90 * MIN and decisions[60].memory.troubled_since == LATE
+    assert decisions[90].reason.endswith("idle for 30 min: deleting this server")
+
+
+def test_a_gpu_at_work_at_any_tick_resets_the_wait():
+    frozen = {"status": running(live_gens=1), "gpus": QUIET_GPU}
+    ticks = [seen(LATE + m * MIN, **frozen) for m in range(0, 50)]
+    ticks += [seen(LATE + 50 * MIN, status=running(live_gens=1), gpus=((0, 97.0, 20_000.0),))]
+    ticks += [seen(LATE + m * MIN, **frozen) for m in range(51, 112)]
+    decisions = run(ticks, limits=HUNG)
+    assert all(d.action == KEEP and d.memory.idle_since is None for d in decisions[:111])
+    assert decisions[-1].memory.hung_since == LATE + 51 * MIN and decisions[-1].reason.startswith("1 live gens, but")
+
+
+@pytest.mark.parametrize(
+    ("signals", "limits"),
+    [
+        ({"gpus": None, "gpu_error": "Failed to initialize NVML: Driver/library version mismatch"}, HUNG),
+        ({"gpus": ((0, None, None),)}, HUNG),  # [N/A]
+        ({"gpus": QUIET_GPU}, replace(HUNG, hung_seconds=None)),  # IDLE_HUNG_MINUTES=off
+        ({"gpus": QUIET_GPU}, replace(HUNG, gpu_percent=None)),  # IDLE_GPU_PERCENT=off
+        ({"gpus": QUIET_GPU, "keep_alive": True}, HUNG),  # the user's own measure says work
+        ({"gpus": QUIET_GPU, "downloads": ("Stable-Diffusion/flux.safetensors.tmp",)}, HUNG),  # waits on a download
+    ],
+    ids=["gpu-unreadable", "gpu-n/a", "hung-off", "gpu-off", "keep-alive", "download"],
+)  # fmt: skip
+def test_work_is_never_hung_without_a_quiet_gpu_reading_or_with_another_sign_of_work(signals, limits):
+    decisions = run([seen(LATE + m * MIN, status=running(waiting_gens=2), **signals) for m in range(0, 200)],
+                    limits=limits)  # fmt: skip
+    assert all(d.action == KEEP and "hung" not in d.reason and d.memory.hung_since is None for d in decisions)
+
+
+def test_a_hung_comfyui_queue_counts_too_and_a_quiet_wait_shorter_than_the_cap_spends_the_rest_of_it():
+    short = replace(HUNG, hung_seconds=20 * MIN)
+    frozen = {"comfy_queue": 1, "gpus": QUIET_GPU}
+    decisions = run([seen(LATE + m * MIN, **frozen) for m in range(0, 91)], limits=short)
+    assert decisions[10].reason == "1 in the ComfyUI queue, every GPU quiet for 10 min: hung in 10 min more"
+    assert decisions[20].reason == "1 in the ComfyUI queue, but every GPU at or below 10 %: hung: counted as busy " \
+        "for 40 min more"  # fmt: skip
+    assert [d.action for d in decisions].index(DELETE) == 90  # the cap from the GPU going quiet, then idle
+
+
+def test_an_ollama_load_keeps_the_vm_and_is_named_a_load_not_a_fault():
+    """/api/ps waits for a whole load (server/sched.go); the look says so when the rest of Ollama answers."""
+    look = LlmLook("ollama", error="GET /api/ps waits for a model load", silent=True, loading=True)
+    decision = decide(seen(llm=look), LIMITS, Memory(idle_since=LATE - 40 * MIN))
+    assert decision.action == KEEP and decision.reason == "LLM runtime: Ollama loading a model (GET /api/ps waits " \
+        "for a model load): counted as busy for 60 min more"  # fmt: skip

@@ -231,13 +231,16 @@ def test_a_tick_holds_the_clock_from_a_key_typed_in_a_terminal(tmp_path, swarm, 
 def test_the_config_reads_the_switches_as_the_role_writes_them(tmp_path):
     path = tmp_path / "c.json"
     base = {"server_id": "s", "auth_url": "http://127.0.0.1:1/v3", "credential_id": None, "credential_secret": None}
-    path.write_text(json.dumps(base | {"gpu_percent": "off", "shell": "False", "keep_alive_command": None}))
+    path.write_text(json.dumps(base | {"gpu_percent": "off", "shell": "False", "keep_alive_command": None,
+                                       "hung_seconds": "off"}))  # fmt: skip
     cfg = idle_killer.Config.load(path)
     assert cfg.gpu_percent is None and cfg.shell is False and cfg.keep_alive_command == ""
-    assert cfg.limits().gpu_percent is None
-    path.write_text(json.dumps(base | {"gpu_percent": "25", "shell": True, "keep_alive_command": "true"}))
+    assert cfg.limits().gpu_percent is None and cfg.limits().hung_seconds is None
+    path.write_text(json.dumps(base | {"gpu_percent": "25", "shell": True, "keep_alive_command": "true",
+                                       "hung_seconds": "3600"}))  # fmt: skip
     cfg = idle_killer.Config.load(path)
     assert cfg.gpu_percent == 25.0 and cfg.shell is True and cfg.limits().gpu_percent == 25.0
+    assert cfg.limits().hung_seconds == 3600.0
     path.write_text(json.dumps(base))
     defaults = idle_killer.Config.load(path)
     assert defaults.gpu_percent == 10.0 and defaults.shell is True and defaults.keep_alive_command == ""

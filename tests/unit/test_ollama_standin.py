@@ -19,12 +19,14 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from gpu_rent.on_vm import idle_look
 from tests.module_file import load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -383,6 +385,22 @@ def test_keep_alive_comes_from_the_environment(tmp_path, seeded, servers):
     api(ollama.port, "POST", "/api/generate", {"model": seeded["model"]})
     assert 0 < _expires_in(ollama.ps()[0]) <= 1.1
     wait_for(lambda: ollama.ps() == [], timeout=3, what="model unloaded after OLLAMA_KEEP_ALIVE=1")
+
+
+def test_a_load_holds_ps_until_the_model_is_up_and_the_killer_names_it(tmp_path, seeded, servers):
+    """sched.go load holds the runner's refMu until the runner is up, and loadedModels locks it: GET /api/ps waits
+    for the whole load (audit U3). The killer's look times out there, finds /api/version answering, and names a
+    load, not a fault."""
+    shutil.copytree(seeded["models"], tmp_path / "models")
+    ollama = servers(Ollama, tmp_path, models=tmp_path / "models", env={"STANDIN_OLLAMA_LOAD_SECONDS": "3"})
+    loading = threading.Thread(target=api, args=(ollama.port, "POST", "/api/generate", {"model": seeded["model"]}))
+    loading.start()
+    time.sleep(0.5)
+    look = idle_look.llm_look("ollama", f"http://127.0.0.1:{ollama.port}", timeout=1)
+    assert look.silent and look.loading and look.error.startswith("GET /api/ps waits for a model load"), look
+    loading.join()
+    assert [m["name"] for m in ollama.ps()] == [seeded["model"]]  # up: /api/ps answers at once again
+    assert idle_look.llm_look("ollama", f"http://127.0.0.1:{ollama.port}", timeout=1).models[0][0] == seeded["model"]
 
 
 def test_generate_and_chat_without_streaming_and_their_errors(ollama, seeded):

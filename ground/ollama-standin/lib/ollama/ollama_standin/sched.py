@@ -7,7 +7,11 @@
   keep_alive later, and expires_at says when. A runner still in use that never went idle shows now + keep_alive
   (loadedModels).
 - expireRunner (keep_alive 0 with an empty prompt): expires_at becomes now, and it unloads once idle.
-The runner is not a process here: loading is instant, its size is the model file's, all of it in VRAM.
+- load holds the new runner's refMu until the runner is up (`runner.refMu.Lock() // hold lock until running or
+  aborted`), and loadedModels takes each runner's refMu: so GET /api/ps waits for a whole load, and so does a
+  second request to the model being loaded.
+The runner is not a process here: a load takes STANDIN_OLLAMA_LOAD_SECONDS (0: instant; a stand-in knob, as a real
+load's time is the model's size over the disk's rate), its size is the model file's, all of it in VRAM.
 """
 
 import os
@@ -24,6 +28,7 @@ class Runner:
         self.refs = 0
         self.expires_at_ns: int | None = None  # the zero time.Time until it first goes idle
         self.expiring = False  # the expiry timer runs
+        self.ref_mu = threading.Lock()  # runnerRef.refMu: held by a load until the runner is up
 
     def size(self) -> int:
         try:
@@ -40,17 +45,28 @@ class Scheduler:
 
     def acquire(self, model: Model, keep_alive_ns: int | None, default_ns: int, context_length: int) -> Runner:
         key = model.model_path or f"digest:{model.manifest.digest}"
+        loading = False
         with self.lock:
             runner = self.loaded.get(key)
             if runner is None:
-                runner = self.loaded[key] = Runner(model, default_ns if keep_alive_ns is None else keep_alive_ns,
-                                                   context_length)  # fmt: skip
+                runner = Runner(model, default_ns if keep_alive_ns is None else keep_alive_ns, context_length)
+                runner.ref_mu.acquire()  # sched.go load: taken before the runner is published in s.loaded
+                self.loaded[key] = runner
+                loading = True
             elif keep_alive_ns is not None:
                 runner.session_ns = keep_alive_ns
             runner.model = model
             runner.refs += 1
             runner.expiring = False
-            return runner
+        if loading:
+            try:
+                time.sleep(float(os.environ.get("STANDIN_OLLAMA_LOAD_SECONDS") or 0))  # llama.WaitUntilRunning
+            finally:
+                runner.ref_mu.release()
+        else:
+            with runner.ref_mu:  # a load under way: its requests wait for it too
+                pass
+        return runner
 
     def release(self, runner: Runner) -> None:
         with self.lock:
@@ -78,8 +94,13 @@ class Scheduler:
     def loaded_models(self) -> list[tuple[Runner, int]]:
         """Each loaded runner with its expiry in ns since the epoch."""
         with self.lock:
-            return [(r, r.expires_at_ns if r.expires_at_ns is not None else _add(time.time_ns(), r.session_ns))
-                    for r in self.loaded.values()]  # fmt: skip
+            runners = list(self.loaded.values())
+        found = []
+        for r in runners:
+            with r.ref_mu:  # loadedModels locks each runner's refMu: it waits for a load under way
+                expires = r.expires_at_ns if r.expires_at_ns is not None else _add(time.time_ns(), r.session_ns)
+                found.append((r, expires))
+        return found
 
     def _unload(self, runner: Runner) -> None:
         for key, loaded in list(self.loaded.items()):
