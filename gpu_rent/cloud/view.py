@@ -269,23 +269,28 @@ def stale_ids(state: State, view: CloudView) -> list[str]:
 
 
 def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack") -> list[Leftover]:
-    """Every billable thing not in use by this project's rental, each with its delete command."""
+    """Every billable thing not in use by this project's rental, each with its delete command; none for a
+    volume or another NAME's server."""
     ours = names(prefix)
     mine = view.server(ours["server"], state.resources.get("server"))
     found = []
     for s in view.servers:
         if mine is not None and s.id == mine.id:
             continue
-        owner = dict(s.metadata).get(TAG)
-        why = "a second server with this project's name" if s.name == ours["server"] else "not this project's server"
-        detail = f"{s.name} ({s.status}, tags {','.join(s.tags)}): {why}"
-        if owner and owner != prefix:  # another folder's rental, maybe at work: its own stop pulls its Output first
-            detail = f"{s.name} ({s.status}, tags {','.join(s.tags)}): belongs to gpu-rent project NAME={owner}"
+        # gpu-rent names a server after its NAME and marks it with it: one without the mark (tagged by hand, or
+        # made before the mark) is taken for the NAME its name says
+        marked = dict(s.metadata).get(TAG)
+        owner = marked or s.name
+        shown = f"{s.name} ({s.status}, tags {','.join(s.tags)})"
+        if owner != prefix:  # another folder's rental, maybe at work: its own stop pulls its Output first
+            by = "" if marked else " (by its name)"
+            detail = f"{shown}: belongs to gpu-rent project NAME={owner}{by}"
             found.append(
                 Leftover("server", s.id, detail, None, f"`gpu-rent stop` in the project folder of NAME={owner}")
             )
             continue
-        found.append(Leftover("server", s.id, detail, f"{cli} server delete {s.id}"))
+        why = "a second server with this project's name" if s.name == ours["server"] else "marked with this NAME"
+        found.append(Leftover("server", s.id, f"{shown}: {why}", f"{cli} server delete {s.id}"))
     for v in view.volumes:
         if v.name in (ours["boot_volume"], ours["data_volume"]):
             continue  # ours, kept on purpose between rentals (destroy removes them)

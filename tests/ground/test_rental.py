@@ -1105,8 +1105,14 @@ def test_a_direct_ansible_playbook_stop_needs_no_flags_and_status_reconciles(lif
 
 
 def test_status_names_orphans_with_commands_that_delete_them(life, cloud, net):
+    """An unmarked gpu-rent server of another name is that NAME's (gpu-rent names its server after NAME): named,
+    never given a delete command. Marked with this project's NAME, it is this project's second server: deleted."""
     project, ours = life
     orphan = cloud.server(net, cloud.volume(10, image=True), tags=["gpu-rent"], name="forgotten")
+    unmarked = {x["id"]: x for x in status(project)["leftovers"]}[orphan.id]
+    assert unmarked["delete_command"] is None, unmarked
+    assert unmarked["end"] == "`gpu-rent stop` in the project folder of NAME=forgotten"
+    ours.conn.compute.set_server_metadata(orphan, **{"gpu-rent": ours.name})
     stray_ip = ours.conn.network.create_ip(floating_network_id=ours.conn.network.find_network("external").id)
     cloud.later(lambda: ours.conn.network.delete_ip(stray_ip, ignore_missing=True))
     leftovers = {x["id"]: x for x in status(project)["leftovers"]}

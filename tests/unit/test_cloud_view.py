@@ -23,8 +23,8 @@ from gpu_rent.project.state import Phase, State
 from gpu_rent.rental.runner import failure_message, unreachable_message
 
 
-def server(id="s1", name="gpu-rent", status="ACTIVE", tags=("gpu-rent", "preemptible")):
-    return Server(id, name, status, "active", tags, "gpu.l4.1", "2026-11-29T20:00:00Z", ())
+def server(id="s1", name="gpu-rent", status="ACTIVE", tags=("gpu-rent", "preemptible"), metadata=()):
+    return Server(id, name, status, "active", tags, "gpu.l4.1", "2026-11-29T20:00:00Z", (), metadata=metadata)
 
 
 def ip(id="f1", port="p1", description="gpu-rent gpu-rent", address="10.231.7.20"):
@@ -49,20 +49,33 @@ def test_reconcile(phase, servers, expected):
 def test_leftovers_name_foreign_tagged_servers_and_unattached_ips_with_delete_commands():
     state = State(resources={"server": "s1", "floating_ip": "f1"})
     view = CloudView(
-        servers=(server(), server(id="s2", name="forgotten")),
+        servers=(server(), server(id="s2", name="gpu-rent"), server(id="s3", metadata=((TAG, "gpu-rent"),))),
         floating_ips=(ip(), ip(id="f2", port=None, description=""), ip(id="f3", port=None)),
     )
     found = {x.id: x for x in leftovers(state, view, "gpu-rent", cli="openstack --os-cloud c")}
-    assert set(found) == {"s2", "f2", "f3"}
-    assert found["s2"].delete_command == "openstack --os-cloud c server delete s2"
+    assert set(found) == {"s2", "s3", "f2", "f3"}
+    assert found["s2"].delete_command == "openstack --os-cloud c server delete s2"  # a second one of this NAME
+    assert "a second server with this project's name" in found["s2"].detail
+    assert found["s3"].delete_command == "openstack --os-cloud c server delete s3"
     assert found["f2"].delete_command == "openstack --os-cloud c floating ip delete f2"
     assert "left after its server went" in found["f3"].detail
 
 
-def test_a_kept_floating_ip_is_named_with_its_delete_command():
-    state = State(resources={"floating_ip": "f1"})
-    (kept,) = leftovers(state, CloudView(floating_ips=(ip(port=None),)), "gpu-rent")
-    assert "KEEP_FLOATING_IP" in kept.detail and kept.delete_command == "openstack floating ip delete f1"
+def test_a_tagged_server_of_another_name_without_the_mark_gets_no_delete_command():
+    """gpu-rent names a server after its NAME: one unmarked (made before the mark, or tagged by hand) is taken for
+    the NAME its name says, whose folder ends it; a delete command here could end that rental's work unsaved."""
+    view = CloudView(servers=(server(id="s2", name="forgotten"),))
+    (stray,) = leftovers(State(), view, "gpu-rent", cli="openstack --os-cloud c")
+    assert stray.delete_command is None and "server delete" not in stray.detail + stray.end
+    assert (
+        stray.detail
+        == "forgotten (ACTIVE, tags gpu-rent,preemptible): belongs to gpu-rent project NAME=forgotten (by its name)"
+    )
+    assert stray.end == "`gpu-rent stop` in the project folder of NAME=forgotten"
+    # marked with this NAME but with our name taken by another NAME's mark: the mark says whose it is
+    theirs = server(id="s4", metadata=((TAG, "other"),))
+    (marked,) = leftovers(State(), CloudView(servers=(server(id="s1"), theirs)), "gpu-rent")
+    assert marked.id == "s4" and marked.delete_command is None and marked.end.endswith("NAME=other")
 
 
 def test_a_second_server_with_our_name_is_a_leftover_and_the_recorded_one_is_ours():
