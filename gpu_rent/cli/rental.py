@@ -30,7 +30,7 @@ from gpu_rent.cli.common import (
 from gpu_rent.cli.console import ExitCode, console, error, note, transfer_progress
 from gpu_rent.cli.tunnel import open_tunnel
 from gpu_rent.cloud import view as cloud
-from gpu_rent.cloud.connect import connect
+from gpu_rent.cloud.connect import ScopeElsewhere, connect
 from gpu_rent.project import settings as config
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.state import StateStore, load_state
@@ -164,6 +164,8 @@ def _pull_before_stop(settings: config.Settings) -> None:
     except (vm_ssh.SshError, sync.SyncError) as e:
         note(f"outputs not pulled ({e}); stopping anyway")
         return
+    except ScopeElsewhere as e:  # before the tunnel closes: a stop refused must leave the project as it was
+        raise fail(e) from None
     except handled():
         return  # the stop itself says what is wrong with the cloud
     if result.files_sent:

@@ -1,7 +1,8 @@
 """The one door to the cloud: a login with the project's credentials, its token kept for the next command.
 
 Every failure to log in, of whatever kind keystoneauth raises, is one CloudUnreachable line whose text never
-shows an auth URL's secret.
+shows an auth URL's secret; a login that lands in another project or region than the state's resources is one
+ScopeElsewhere line, before the command that asked for it can take them for gone.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_rent.cloud import token_cache
-from gpu_rent.project.errors import one_line
-from gpu_rent.project.state import TOKEN_FILE
+from gpu_rent.project.errors import ConfigError, one_line
+from gpu_rent.project.state import RUNTIME_DIR, STATE_FILE, TOKEN_FILE, Scope, State, StateStore
 
 if TYPE_CHECKING:
     from gpu_rent.project.env import CloudAuth
@@ -53,5 +54,50 @@ def login(auth: CloudAuth, *, kept: Path | None = None, secrets: Iterable[str] =
 
 
 def connect(settings: Settings):
-    """The project's login, its token kept in the runtime folder for the next command."""
-    return login(settings.cloud, kept=settings.runtime_dir / TOKEN_FILE)
+    """The project's login, its token kept in the runtime folder for the next command. Refused (ScopeElsewhere)
+    when it lands in another project or region than the one the state records its resources in: every command
+    that logs in comes through here, before it can act on what it sees there."""
+    conn = login(settings.cloud, kept=settings.runtime_dir / TOKEN_FILE)
+    refuse_elsewhere(StateStore(settings.project_dir).peek(), scope_of(conn), settings.cloud)
+    return conn
+
+
+class ScopeElsewhere(ConfigError):
+    """The login reaches another project or region than the state's resources: a configuration to fix."""
+
+
+def scope_of(conn) -> Scope:
+    """Where this login lands: its token's project, and the region of the compute endpoint the SDK calls (the one
+    configured, else the catalog's first, as keystoneauth picks it). No request: the token holds the catalog."""
+    from keystoneauth1.exceptions import ClientException
+
+    region = conn.config.get_region_name("compute") or None
+    if region is None:
+        try:
+            catalog = conn.session.auth.get_access(conn.session).service_catalog
+            interface = conn.config.get_interface("compute")
+            region = catalog.endpoint_data_for(service_type="compute", interface=interface).region_name
+        except ClientException:  # no compute in the catalog: no region to name (and none to call)
+            region = None
+    return Scope(conn.current_project_id, region or None)
+
+
+def refuse_elsewhere(state: State | None, login: Scope, auth: CloudAuth) -> None:
+    """ScopeElsewhere when the state records its resources in another project or region than login: there the
+    cloud lists none of them, and status would say nothing bills and forget them, up would rent anew."""
+    recorded = state.cloud if state is not None and state.resources else None
+    if recorded is None or recorded == login:
+        return
+    differ = [part for part in ("project", "region") if _part(recorded, part) != _part(login, part)]
+    where, what = auth.origin(differ[0])
+    held = ", ".join(key.replace("_", " ") for key in state.resources if key != "floating_ip_address")
+    back = " and ".join(f"{part} {_part(recorded, part) or '(none)'}" for part in differ)
+    raise ScopeElsewhere(
+        where,
+        f"{what} logs in to {login}, but this folder's {held} are in {recorded} ({RUNTIME_DIR}/{STATE_FILE}): "
+        f"refused, nothing forgotten; log in to {back} again, or end them from there first",
+    )
+
+
+def _part(scope: Scope, part: str) -> str | None:
+    return scope.project_id if part == "project" else scope.region

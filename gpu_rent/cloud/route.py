@@ -2,8 +2,8 @@
 
 openstacksdk's import alone is about a third of a second, and status is read often: when a status has read the
 cloud through the SDK, what the SDK's four requests were (each URL, the microversion headers it negotiated, the TLS
-settings, the token and when it ends, the cloud's description) is kept here, and the next status makes the same
-requests over plain HTTP (cloud_http.py) without loading the SDK at all.
+settings, the token and when it ends, the cloud's description, the project and region the login landed in) is kept
+here, and the next status makes the same requests over plain HTTP (cloud_http.py) without loading the SDK at all.
 
 The route is only as good as the configuration the SDK resolved it from. It is keyed by a salted hash of everything
 that resolution reads: the CloudAuth (cloud, clouds.yaml, the OS_* options), the working folder, the installed
@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_rent.cloud import token_cache
+from gpu_rent.cloud.connect import scope_of
 from gpu_rent.project.state import CLOUD_ROUTE_FILE as FILE
-from gpu_rent.project.state import RUNTIME_DIR
+from gpu_rent.project.state import RUNTIME_DIR, Scope
 from gpu_rent.util.atomic import write_atomically
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class Route:
     verify: bool | str  # True, False, or the CA bundle requests verified with
     cert: str | list[str] | None  # a client certificate (and its key), as keystoneauth had it
     cloud: str  # CloudAuth.describe(), which status prints
+    scope: Scope  # where the login landed: status refuses, as connect does, a state whose resources are elsewhere
 
 
 # ---------------------------------------------------------------------------------------------- the SDK's side
@@ -116,7 +118,7 @@ def build(conn, cloud: str) -> Route:
     verify = DEFAULT_CA_BUNDLE_PATH if verify["verify"] is True else verify["verify"]
     cert = list(session.cert) if isinstance(session.cert, tuple | list) else session.cert
     auth_ref = session.auth.auth_ref
-    return Route(calls, auth_ref.auth_token, auth_ref.expires.timestamp(), verify, cert, cloud)
+    return Route(calls, auth_ref.auth_token, auth_ref.expires.timestamp(), verify, cert, cloud, scope_of(conn))
 
 
 def keep(conn, auth: CloudAuth, cloud: str, runtime_dir: Path) -> None:
@@ -153,7 +155,9 @@ def load(auth: CloudAuth, runtime_dir: Path) -> Route | None:
         return None
     try:
         calls = {name: Call(**kept["calls"][name]) for name in CALLS}
-        route = Route(calls, kept["token"], float(kept["expires_at"]), kept["verify"], kept["cert"], kept["cloud"])
+        scope = Scope(**kept["scope"])  # a route kept before the scope was: KeyError, and the SDK path
+        token, expires_at = kept["token"], float(kept["expires_at"])
+        route = Route(calls, token, expires_at, kept["verify"], kept["cert"], kept["cloud"], scope)
     except (KeyError, TypeError, ValueError):
         return None
     if route.expires_at - time.time() < token_cache.MIN_LIFE_SECONDS:  # the SDK path logs in again

@@ -268,6 +268,12 @@ def stale_ids(state: State, view: CloudView) -> list[str]:
     return stale
 
 
+def lists_any(state: State, view: CloudView) -> bool:
+    """The cloud lists a server, volume or floating IP the state names: its resources are where this look is."""
+    listed = {s.id for s in view.servers} | {v.id for v in view.volumes} | {ip.id for ip in view.floating_ips}
+    return not listed.isdisjoint(state.resources.values())
+
+
 def leftovers(state: State, view: CloudView, prefix: str, cli: str = "openstack") -> list[Leftover]:
     """Every billable thing not in use by this project's rental, each with its delete command; none for a
     volume or another NAME's server."""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from openstack.config.cloud_region import CloudRegion
 
 ENV_FILE = ".env"
+SHELL = "the shell"  # where the OS_* values come from when there is no .env: the process environment
 DEFAULT_SSH_KEY = "~/.ssh/id_ed25519"
 # --- .env and cloud auth ---------------------------------------------------------------------------------------------
 
@@ -32,6 +33,8 @@ _CLOUD_SELECTORS = {"OS_CLOUD", "OS_CLOUD_NAME", "OS_CLIENT_CONFIG_FILE", "OS_CL
 # With OS_CLOUD, clouds.yaml is the whole truth except these: a shell that still has another project's openrc
 # sourced must not silently redirect this project to that project's endpoint or user.
 _CLOUD_OVERRIDES = {"OS_REGION_NAME": "region_name", "OS_INTERFACE": "interface"}
+# The auth options that choose where a login lands, each part's in keystoneauth's order of precedence.
+_SCOPING = {"project": ("project_id", "project_name"), "region": ("region_name",)}
 
 
 def read_env(project_dir: Path) -> dict[str, str] | None:
@@ -113,7 +116,8 @@ def _unreadable_env_line(original: str, line: int) -> ConfigError:
 
 
 def merged_env(file_env: dict[str, str] | None, environ: Mapping[str, str]) -> dict[str, str]:
-    """OS_*, GPU_RENT_SSH_KEY and CIVITAI_TOKEN from the process environment, overridden by .env."""
+    """The OS_* values of .env, or of the process environment (the shell) where there is no .env; GPU_RENT_SSH_KEY
+    and CIVITAI_TOKEN from the shell too, overridden by .env."""
     wanted = {k: v for k, v in environ.items() if (k.startswith("OS_") or k in ENV_KEYS) and v.strip()}
     if file_env is None:
         if "OS_CLOUD" not in wanted and "OS_AUTH_URL" not in wanted:
@@ -123,11 +127,12 @@ def merged_env(file_env: dict[str, str] | None, environ: Mapping[str, str]) -> d
                 "(create .env with OS_CLOUD=<cloud in clouds.yaml>, or OS_AUTH_URL and the other OS_* variables)",
             )
         return wanted
-    # .env picks the kind of auth: a stray OS_CLOUD in the shell must not turn an OS_AUTH_URL .env into a
-    # clouds.yaml lookup.
-    if "OS_AUTH_URL" in file_env and "OS_CLOUD" not in file_env:
-        wanted.pop("OS_CLOUD", None)
-    return {**wanted, **file_env}
+    # A .env is the whole login: filling its gaps from the shell let an openrc sourced for another project or
+    # region (Selectel's rc.sh exports OS_PROJECT_ID and OS_REGION_NAME) send every command there, and status
+    # then took this folder's resources for gone. None of the OS_* is kept, secrets included: OS_CLIENT_CONFIG_FILE
+    # picks the clouds.yaml and so the project too, and the ground and setup put every value in .env. The SSH key
+    # and the Civitai token choose no cloud.
+    return {**{k: v for k, v in wanted.items() if k in ENV_KEYS}, **file_env}
 
 
 def _config_errors() -> tuple[type[Exception], ...]:
@@ -146,6 +151,12 @@ class CloudAuth:
     config_file: Path | None = None
     # keyword arguments for OpenStackConfig.get_one(); holds the password, so never shown.
     options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # where the OS_* values were read (.env, or the shell where there is no .env), their names, and the names of
+    # the shell's OS_* values that count for nothing beside a .env: doctor says them, and a login refused for
+    # reaching another project or region than the state's names the value that sent it there
+    read_from: str = ENV_FILE
+    given: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         if self.cloud:
@@ -198,9 +209,37 @@ class CloudAuth:
         project = auth.get("project_name") or auth.get("project_id")
         return f"{text}, project {project}" if project else text
 
+    def origin(self, part: str) -> tuple[str, str]:
+        """Where this login's project or region is set, as a one-line error starts: (the place, what it says):
+        (".env", "OS_REGION_NAME=ru-3"), ("/p/clouds.yaml", 'entry "x"'), ("the shell", "no OS_REGION_NAME")."""
+        options = dict(self.options)
+        option = next((o for o in _SCOPING[part] if options.get(o)), None)
+        if option:
+            return self.read_from, f"OS_{option.upper()}={options[option]}"
+        if self.cloud:
+            return self._clouds_file(), f'entry "{self.cloud}"'
+        return self.read_from, "no " + " or ".join(f"OS_{o.upper()}" for o in _SCOPING[part])
 
-def _source(key: str, file_env: dict[str, str] | None) -> str:
-    return ENV_FILE if file_env is not None and key in file_env else "environment"
+    def origins(self) -> str:
+        """Where each OS_* value came from, in one line (doctor's)."""
+        said = [f"{', '.join(self.given) or 'no OS_* value'} from {self.read_from}"]
+        if self.cloud:
+            said.append(f'the rest from clouds.yaml entry "{self.cloud}" ({self._clouds_file()})')
+            overrides = [var for var, option in _CLOUD_OVERRIDES.items() if option in dict(self.options)]
+            unused = [k for k in self.given if k not in {"OS_CLOUD", "OS_CLIENT_CONFIG_FILE", *overrides}]
+            if unused:
+                said.append(f"{', '.join(unused)} unused beside OS_CLOUD (its entry is the whole login)")
+        if self.ignored:
+            said.append(f"the shell's {', '.join(self.ignored)} ignored ({ENV_FILE} is the whole login)")
+        return "; ".join(said)
+
+    def _clouds_file(self) -> str:
+        if self.config_file:
+            return str(self.config_file)
+        try:
+            return self.openstack_config().config_filename or "clouds.yaml"
+        except Exception:  # read before, when this auth was resolved; words only, never a reason to fail
+            return "clouds.yaml"
 
 
 # (auth, project_dir) -> openstacksdk resolved this very auth before, and nothing it reads has changed since
@@ -208,31 +247,43 @@ KnownCloud = Callable[[CloudAuth, Path], bool]
 
 
 def cloud_auth(
-    env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path, known: KnownCloud | None = None
+    env: dict[str, str],
+    file_env: dict[str, str] | None,
+    project_dir: Path,
+    known: KnownCloud | None = None,
+    shell: Mapping[str, str] | None = None,
 ) -> CloudAuth:
+    """The login env (merged_env's) names. shell: the process environment it was merged from, for the names of
+    its OS_* values that did not count (doctor's line)."""
+    shell_values = {k: v for k, v in (shell or {}).items() if k.startswith("OS_") and v.strip()}
+    origin = {
+        "read_from": SHELL if file_env is None else ENV_FILE,
+        "given": tuple(sorted(k for k in env if k.startswith("OS_"))),
+        "ignored": tuple(sorted(k for k, v in shell_values.items() if env.get(k) != v)),
+    }
     if env.get("OS_CLOUD"):
-        return _named_cloud(env, file_env, project_dir, known)
+        return _named_cloud(env, origin, project_dir, known)
     if env.get("OS_AUTH_URL"):
         options = {k[3:].lower(): v for k, v in env.items() if k.startswith("OS_") and k not in _CLOUD_SELECTORS}
-        auth = CloudAuth(options=tuple(sorted(options.items())))
+        auth = CloudAuth(options=tuple(sorted(options.items())), **origin)
         if known is not None and known(auth, project_dir):
             return auth
         try:
             auth.region()
         except _config_errors() as exc:
             said = masked(" ".join(str(exc).split()))  # openstacksdk's errors quote the auth URL
-            raise ConfigError(_source("OS_AUTH_URL", file_env), f"OS_* cloud auth: {said}", key="OS_AUTH_URL") from None
+            raise ConfigError(auth.read_from, f"OS_* cloud auth: {said}", key="OS_AUTH_URL") from None
         return auth
+    aside = [k for k in ("OS_CLOUD", "OS_AUTH_URL") if k in origin["ignored"]]
+    hint = f" (the shell's {' and '.join(aside)} count only where there is no {ENV_FILE})" if aside else ""
     raise ConfigError(
         ENV_FILE,
-        "no cloud auth: set OS_CLOUD (with clouds.yaml) or OS_AUTH_URL and the other OS_* variables",
+        f"no cloud auth: set OS_CLOUD (with clouds.yaml) or OS_AUTH_URL and the other OS_* variables{hint}",
         key="OS_CLOUD",
     )
 
 
-def _named_cloud(
-    env: dict[str, str], file_env: dict[str, str] | None, project_dir: Path, known: KnownCloud | None = None
-) -> CloudAuth:
+def _named_cloud(env: dict[str, str], origin: dict, project_dir: Path, known: KnownCloud | None = None) -> CloudAuth:
     name = env["OS_CLOUD"]
     config_file = None
     if env.get("OS_CLIENT_CONFIG_FILE"):
@@ -240,17 +291,17 @@ def _named_cloud(
         config_file = project_dir / Path(given).expanduser()
         if not config_file.is_file():
             raise ConfigError(
-                _source("OS_CLIENT_CONFIG_FILE", file_env),
+                origin["read_from"],
                 f"OS_CLIENT_CONFIG_FILE={given}: {config_file} not found (the clouds.yaml that defines OS_CLOUD)",
                 key="OS_CLIENT_CONFIG_FILE",
             )
     overrides = {option: env[var] for var, option in _CLOUD_OVERRIDES.items() if env.get(var)}
-    auth = CloudAuth(cloud=name, config_file=config_file, options=tuple(sorted(overrides.items())))
+    auth = CloudAuth(cloud=name, config_file=config_file, options=tuple(sorted(overrides.items())), **origin)
     if known is not None and known(auth, project_dir):
         return auth
     if config_file is not None:
         _check_clouds_file(config_file, name)
-    where = _source("OS_CLOUD", file_env)
+    where = auth.read_from
     try:
         config = auth.openstack_config()
     except Exception as exc:  # a malformed clouds.yaml surfaces as YAML, JSON or OS errors

@@ -216,7 +216,7 @@ def load(project_dir: Path, *, with_cloud: bool = True, known_cloud: KnownCloud 
     file_env = read_env(project_dir)
     if with_cloud:
         env = merged_env(file_env, os.environ)
-        cloud = cloud_auth(env, file_env, project_dir, known_cloud)
+        cloud = cloud_auth(env, file_env, project_dir, known_cloud, shell=os.environ)
     else:
         env = {**{k: v for k, v in os.environ.items() if k in ENV_KEYS}, **(file_env or {})}
         cloud = None

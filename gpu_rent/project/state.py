@@ -147,6 +147,26 @@ def _check_transition(item: Any) -> dict[str, Any]:
     return {"phase": item["phase"], "at": item["at"], "reason": item.get("reason")}
 
 
+@dataclass(frozen=True)
+class Scope:
+    """Where a login reaches: the project of its token and the region of its compute endpoint. The state records
+    it for its resources: a login scoped elsewhere sees none of them, and must not take that for their end."""
+
+    project_id: str | None
+    region: str | None
+
+    def __str__(self) -> str:
+        return f"project {self.project_id or '(none)'}, region {self.region or '(none)'}"
+
+
+def _scope_of(data: Any) -> Scope | None:
+    if data is None:
+        return None
+    _check(isinstance(data, dict), "cloud is not an object")
+    _check(_optional_str(data.get("project_id")) and _optional_str(data.get("region")), "cloud is not text")
+    return Scope(data.get("project_id"), data.get("region"))
+
+
 @dataclass
 class State:
     phase: Phase = Phase.IDLE
@@ -157,6 +177,8 @@ class State:
     # server, boot_volume, data_volume, floating_ip, floating_ip_address, network, subnet, router,
     # security_group, keypair, snapshot -> cloud id (or address)
     resources: dict[str, str] = field(default_factory=dict)
+    # where the resources are; None before a login said so (a state written by a gpu-rent that did not record it)
+    cloud: Scope | None = None
     transitions: list[dict[str, Any]] = field(default_factory=list)
     # the long operation in progress: {"command", "step", "pid", "started_at"}; None when nothing runs
     operation: dict[str, Any] | None = None
@@ -202,6 +224,7 @@ class State:
             "flavor": self.flavor,
             "gpu": self.gpu,
             "resources": dict(self.resources),
+            "cloud": None if self.cloud is None else {"project_id": self.cloud.project_id, "region": self.cloud.region},
             "transitions": [dict(item) for item in self.transitions],
             "operation": dict(self.operation) if self.operation is not None else None,
         }
@@ -230,6 +253,7 @@ class State:
             flavor=data.get("flavor"),
             gpu=data.get("gpu"),
             resources=dict(resources),
+            cloud=_scope_of(data.get("cloud")),
             transitions=[_check_transition(item) for item in transitions],
             operation=dict(operation) if operation is not None else None,
             version=version,
@@ -293,6 +317,14 @@ class StateStore:
         except StateCorrupt as exc:
             reason = exc.reason
         raise StateCorrupt(reason, moved_to=self._move_aside())
+
+    def peek(self) -> State | None:
+        """The saved state, None when there is none or it cannot be read: a look that changes nothing (load
+        reports an unreadable file and moves it aside, once, for the command that goes on to use it)."""
+        try:
+            return State.from_json(json.loads(self.path.read_bytes().decode("utf-8")))
+        except (OSError, ValueError, RecursionError, StateCorrupt):
+            return None
 
     def _move_aside(self) -> Path:
         stamp = utc_now().strftime("%Y%m%dT%H%M%SZ")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpu_rent.cloud import view as cloud
-from gpu_rent.cloud.connect import CloudUnreachable, connect
+from gpu_rent.cloud.connect import CloudUnreachable, connect, scope_of
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.keys import VARS_FILE
 from gpu_rent.project.settings import Settings, resource_names
@@ -123,6 +123,13 @@ class Rental:
             # services already, and the warm restart's server is created as soon as both are done
             (view, items), found = cloud.side_by_side(observed_and_planned, lambda: up_head_start.ask(conn, asked))
             looked = time.monotonic()
+            # Where this folder's resources are is recorded here, at the login of the one command that makes them,
+            # and saved with the phase below, before the head start can make the first: the ids come later, from
+            # the head start and from set_stats in ansible's event loop, neither of which logs in. A login
+            # elsewhere was refused by connect; a state that predates the record takes it once the cloud here
+            # lists one of its ids (else status records it when one is seen).
+            if not state.resources or cloud.lists_any(state, view):
+                state.cloud = scope_of(conn)
             server = view.server(resource_names(self.settings.name)["server"], state.resources.get("server"))
             address = cloud.our_address(view, server, self.settings.name)
             bill = stopped_bill.for_server(self.settings, view, server, address) if server else None

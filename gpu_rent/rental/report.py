@@ -16,11 +16,11 @@ from gpu_rent.cloud import killer_proof
 from gpu_rent.cloud import plain_http as cloud_http
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
-from gpu_rent.cloud.connect import CloudUnreachable, connect, login
+from gpu_rent.cloud.connect import CloudUnreachable, ScopeElsewhere, connect, login, refuse_elsewhere, scope_of
 from gpu_rent.project import swarmui_versions
 from gpu_rent.project.errors import ConfigError
 from gpu_rent.project.settings import Settings, resource_names
-from gpu_rent.project.state import Phase, StateLocked, StateStore, load_state
+from gpu_rent.project.state import Phase, Scope, StateLocked, StateStore, load_state
 from gpu_rent.rental import stopped_bill, vm_end
 from gpu_rent.rental.plan import check_ssh_key
 from gpu_rent.to_vm import killer_view, tunnel_record
@@ -177,7 +177,9 @@ def _killer_read(settings: Settings, address: str | None, boot_volume: str | Non
 
 
 def _status_report(settings: Settings, say: Callable[[str], None], store: StateStore, state, early) -> StatusReport:
-    conn, view, where = _look(settings)
+    conn, view, where, scope = _look(settings)
+    # a login elsewhere sees none of the state's resources: no word on them, and nothing forgotten
+    refuse_elsewhere(state, scope, settings.cloud)
     names = resource_names(settings.name)
     # status writes only what the cloud proves, and only when no other command is running
     tunnel = tunnel_record.read_record(settings)
@@ -185,6 +187,7 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
     with contextlib.suppress(StateLocked), store.lock("status", wait=0):
         running = False
         state = load_state(store, say)
+        refuse_elsewhere(state, scope, settings.cloud)  # as another command may have recorded it since
         phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
         server = view.server(names["server"], state.resources.get("server"))
         stale = cloud.stale_ids(state, view)
@@ -205,6 +208,12 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
         proven = cloud.proven_resources(state, view, settings.name)
         if proven:  # a state file lost or moved aside as corrupt: what the cloud proves is ours comes back
             state.resources.update(proven)
+        # where the resources are, for a state that does not say (rebuilt, or written before gpu-rent kept it):
+        # once the cloud here lists one of them, this login's project and region are theirs
+        unscoped = state.cloud is None and cloud.lists_any(state, view)
+        if unscoped:
+            state.cloud = scope
+        if proven or unscoped:
             store.save(state)
     phase, why = _with_tunnel(*cloud.reconcile(state, view, settings.name), tunnel)
     server = view.server(names["server"], state.resources.get("server"))
@@ -252,18 +261,19 @@ def _status_report(settings: Settings, say: Callable[[str], None], store: StateS
     )
 
 
-def _look(settings: Settings) -> tuple[object | None, cloud.CloudView, str]:
-    """(openstacksdk's connection if it was needed, the view, the cloud's description). Over plain HTTP along the
-    route a status kept (no SDK loaded: most of status's time), else through the SDK, which keeps the route."""
+def _look(settings: Settings) -> tuple[object | None, cloud.CloudView, str, Scope]:
+    """(openstacksdk's connection if it was needed, the view, the cloud's description, where the login landed).
+    Over plain HTTP along the route a status kept (no SDK loaded: most of status's time), else through the SDK,
+    which keeps the route."""
     route = cloud_route.load(settings.cloud, settings.runtime_dir)
     view = cloud_http.observe(route, settings.name) if route is not None else None
     if view is not None:
-        return None, view, route.cloud
+        return None, view, route.cloud, route.scope
     conn = connect(settings)
     view = cloud.observe(conn, settings.name)
     where = settings.cloud.describe()
     cloud_route.keep(conn, settings.cloud, where, settings.runtime_dir)
-    return conn, view, where
+    return conn, view, where, scope_of(conn)
 
 
 def _with_tunnel(phase: Phase, why: str, tunnel: dict | None) -> tuple[Phase, str]:
@@ -295,6 +305,18 @@ class Check:
     detail: str
 
 
+def state_cloud_check(settings: Settings, login: Scope) -> Check:
+    """Whether the login lands where the state's resources are: the refusal every other command would give."""
+    recorded = StateStore(settings.project_dir).peek()
+    try:
+        refuse_elsewhere(recorded, login, settings.cloud)
+    except ScopeElsewhere as e:
+        return Check("state's cloud", False, str(e))
+    if recorded is None or not recorded.resources or recorded.cloud is None:
+        return Check("state's cloud", True, "no resources recorded in a project and region yet")
+    return Check("state's cloud", True, f"its resources are in {recorded.cloud}, where this login is")
+
+
 def doctor_checks(settings: Settings) -> list[Check]:
     checks: list[Check] = []
     why = swarmui_versions.refusal(settings.swarmui_version)
@@ -305,12 +327,14 @@ def doctor_checks(settings: Settings) -> list[Check]:
         checks.append(Check("ssh key", True, str(settings.ssh_key)))
     except ConfigError as e:
         checks.append(Check("ssh key", False, str(e)))
+    checks.append(Check("login values", True, settings.cloud.origins()))
     try:
         conn = login(settings.cloud)  # a fresh login, not the kept token: doctor proves the credentials
         checks.append(Check("auth", True, settings.cloud.describe()))
     except CloudUnreachable as e:
         checks.append(Check("auth", False, f"{settings.cloud.describe()}: {e.kind}: {e.said[:200]}"))
         return checks
+    checks.append(state_cloud_check(settings, scope_of(conn)))
     catalog = {entry["type"] for entry in conn.service_catalog}
     for stype in ("compute", "network", "image"):
         checks.append(Check(f"catalog: {stype}", stype in catalog, "from Keystone" if stype in catalog else "missing"))

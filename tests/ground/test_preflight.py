@@ -78,7 +78,9 @@ def test_a_refused_login_is_exit_4_and_never_shows_the_password(tmp_path):
     assert found["swarmui version"][0] is True and found["ssh key"][0] is True
     assert found["auth"][0] is False and "401" in found["auth"][1]
     # the checks of the folder alone, then the login; nothing is asked of a cloud that refused it
-    assert list(found) == ["swarmui version", "ssh key", "auth"]
+    assert list(found) == ["swarmui version", "ssh key", "login values", "auth"]
+    assert found["login values"] == (True, 'OS_CLIENT_CONFIG_FILE, OS_CLOUD from .env; the rest from clouds.yaml entry '
+                                           f'"ground" ({project.resolve() / "clouds.yaml"})')  # fmt: skip
 
 
 def up_at_a_terminal(project, answer: bytes) -> tuple[int, str]:

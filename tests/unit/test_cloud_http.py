@@ -20,9 +20,11 @@ from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud.route import Call, Route
 from gpu_rent.cloud.view import FloatingIP, Volume
 from gpu_rent.project import settings as config
+from gpu_rent.project.state import Scope
 from tests.unit.test_cloud_view import NOVA_SERVER
 
 TOKEN = "tok-standin"
+HERE = Scope("p-1", "RegionOne")  # where the stand-in's login landed
 
 
 class StandIn:
@@ -67,7 +69,9 @@ def standin():
     s.server.server_close()
 
 
-def route_to(standin: StandIn, expires_in: float = 3600, url: str = "", proxies: dict | None = None) -> Route:
+def route_to(
+    standin: StandIn, expires_in: float = 3600, url: str = "", proxies: dict | None = None, scope: Scope = HERE
+) -> Route:
     """A route to the stand-in (or to url, through the proxies)."""
     url = url or standin.url
     nova = {"OpenStack-API-Version": "compute 2.100", "X-OpenStack-Nova-API-Version": "2.100"}
@@ -79,7 +83,8 @@ def route_to(standin: StandIn, expires_in: float = 3600, url: str = "", proxies:
         "floating_ips": Call(f"{url}/network/v2.0", "/floatingips", {}, "floatingips", via),
         "snapshots": Call(f"{url}/volume/v3", "/snapshots", snapshots, "snapshots", via),
     }
-    return Route(calls, TOKEN, float(int(time.time() + expires_in)), True, None, 'cloud "test" (stand-in), project p')
+    expires_at = float(int(time.time() + expires_in))
+    return Route(calls, TOKEN, expires_at, True, None, 'cloud "test" (stand-in), project p', scope)
 
 
 def a_cloud(standin: StandIn) -> None:
@@ -173,7 +178,7 @@ def test_the_token_never_follows_a_redirect_or_a_link_to_another_host(standin):
 
 def test_a_cloud_that_does_not_answer_is_none():
     dead = Route({name: Call("http://127.0.0.1:9/v1", "/x", {}, "x", {}) for name in cloud_route.CALLS}, TOKEN,
-                 time.time() + 3600, True, None, "dead")  # fmt: skip
+                 time.time() + 3600, True, None, "dead", HERE)  # fmt: skip
     assert cloud_http.observe(dead, "gpu-rent") is None
 
 

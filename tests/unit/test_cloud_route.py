@@ -15,6 +15,7 @@ import pytest
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud.route import CALLS, Call, Route
 from gpu_rent.project.env import CloudAuth
+from gpu_rent.project.state import Scope
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-secret"
@@ -24,7 +25,7 @@ def route(expires_in: float = 3600) -> Route:
     headers = {"OpenStack-API-Version": "x 1.1"}
     calls = {name: Call("http://127.0.0.1:9/v1", f"/{name}", headers, name, {}) for name in CALLS}
     expires_at = float(int(time.time() + expires_in))
-    return Route(calls, "tok-123", expires_at, True, None, 'cloud "test" (http://127.0.0.1:9/v3)')
+    return Route(calls, "tok-123", expires_at, True, None, 'cloud "test" (http://127.0.0.1:9/v3)', Scope("p-1", "R"))
 
 
 def os_auth(**options: str) -> CloudAuth:
@@ -81,6 +82,8 @@ def test_a_broken_route_file_is_no_route(tmp_path):
     path = kept(auth, tmp_path / ".gpu-rent")
     body = json.loads(path.read_text())
     path.write_text(json.dumps({**body, "calls": {"servers": body["calls"]["servers"]}}))
+    assert cloud_route.load(auth, tmp_path / ".gpu-rent") is None
+    path.write_text(json.dumps({k: v for k, v in body.items() if k != "scope"}))  # kept before the scope was
     assert cloud_route.load(auth, tmp_path / ".gpu-rent") is None
     path.write_text("{not json")
     assert cloud_route.load(auth, tmp_path / ".gpu-rent") is None and not cloud_route.fits(auth, tmp_path)

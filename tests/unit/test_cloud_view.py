@@ -12,6 +12,7 @@ from gpu_rent.cloud.view import (
     Server,
     Volume,
     leftovers,
+    lists_any,
     missing_preemptible,
     proven_resources,
     reconcile,
@@ -76,6 +77,19 @@ def test_a_tagged_server_of_another_name_without_the_mark_gets_no_delete_command
     theirs = server(id="s4", metadata=((TAG, "other"),))
     (marked,) = leftovers(State(), CloudView(servers=(server(id="s1"), theirs)), "gpu-rent")
     assert marked.id == "s4" and marked.delete_command is None and marked.end.endswith("NAME=other")
+
+
+def test_the_cloud_lists_one_of_the_state_s_ids_or_none():
+    state = State(resources={"server": "s1", "floating_ip_address": "10.231.7.20", "data_volume": "d1"})
+    assert not lists_any(state, CloudView(servers=(server(id="s9"),)))  # a look elsewhere: none of them
+    assert lists_any(state, CloudView(volumes=(Volume("d1", "gpu-rent-data", "available", 4, "ru-7a", "data"),)))
+    assert lists_any(state, CloudView(servers=(server(),))) and not lists_any(State(), CloudView(servers=(server(),)))
+
+
+def test_a_kept_floating_ip_is_named_with_its_delete_command():
+    state = State(resources={"floating_ip": "f1"})
+    (kept,) = leftovers(state, CloudView(floating_ips=(ip(port=None),)), "gpu-rent")
+    assert "KEEP_FLOATING_IP" in kept.detail and kept.delete_command == "openstack floating ip delete f1"
 
 
 def test_a_second_server_with_our_name_is_a_leftover_and_the_recorded_one_is_ours():

@@ -650,21 +650,74 @@ def test_password_auth_from_os_variables(tmp_path: Path) -> None:
 
 def test_env_file_wins_over_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OS_CLOUD", "other")
-    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "project" / "clouds.yaml"))
     monkeypatch.setenv("CIVITAI_TOKEN", "from-environment")
     monkeypatch.setenv("GPU_RENT_SSH_KEY", "/from/environment")
-    s = load(make_project(tmp_path, env_text="OS_CLOUD=test\nGPU_RENT_SSH_KEY=keys/mine\n"))
+    s = load(
+        make_project(
+            tmp_path, env_text="OS_CLOUD=test\nOS_CLIENT_CONFIG_FILE=clouds.yaml\nGPU_RENT_SSH_KEY=keys/mine\n"
+        )
+    )
     assert s.cloud.cloud == "test"
     assert s.ssh_key == s.project_dir / "keys" / "mine"
-    assert s.civitai_token == "from-environment"  # not in .env, so the environment's counts
+    assert s.civitai_token == "from-environment"  # not in .env, so the environment's counts: it picks no cloud
+
+
+def test_beside_an_env_file_no_os_value_of_the_shell_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sourced openrc of another project or region (Selectel's rc.sh exports both) must not fill what .env
+    leaves unsaid: it would send every command there, and status would take this folder's resources for gone."""
+    monkeypatch.setenv("OS_REGION_NAME", "RegionTwo")
+    monkeypatch.setenv("OS_PROJECT_ID", "someone-elses")
+    monkeypatch.setenv("OS_INTERFACE", "internal")
+    s = load(make_project(tmp_path))
+    assert s.cloud.options == () and s.cloud.region().region_name == "RegionOne"  # clouds.yaml's, not the shell's
+    assert s.cloud.ignored == ("OS_INTERFACE", "OS_PROJECT_ID", "OS_REGION_NAME")
+    env = f"OS_AUTH_URL=http://127.0.0.1:5999/v3\nOS_USERNAME=u\nOS_PASSWORD={PASSWORD}\nOS_PROJECT_NAME=mine\n"
+    auth = load(make_project(tmp_path, env_text=env)).cloud
+    assert "project_id" not in dict(auth.options) and not auth.region().region_name
+    # the clouds.yaml too is the one .env names: a shell's OS_CLIENT_CONFIG_FILE no longer rescues an OS_CLOUD
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "project" / "clouds.yaml"))
+    message = load_error(make_project(tmp_path, env_text="OS_CLOUD=test\n"))
+    assert message.startswith(".env: OS_CLOUD=test is not in any clouds.yaml"), message
+
+
+def test_an_env_file_without_a_login_says_the_shell_s_does_not_count(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("OS_CLOUD", "test")
+    message = load_error(make_project(tmp_path, env_text="CIVITAI_TOKEN=x\n"))
+    assert message.startswith(".env: no cloud auth: set OS_CLOUD"), message
+    assert message.endswith("(the shell's OS_CLOUD count only where there is no .env)"), message
 
 
 def test_environment_alone_when_no_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OS_CLOUD", "other")
     monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "project" / "clouds.yaml"))
+    monkeypatch.setenv("OS_REGION_NAME", "RegionTwo")
     s = load(make_project(tmp_path, env_text=None))
-    assert s.cloud.cloud == "other"
+    assert s.cloud.cloud == "other" and s.cloud.region().region_name == "RegionTwo"
     assert s.civitai_token is None
+    assert s.cloud.read_from == "the shell" and s.cloud.ignored == ()
+    assert s.cloud.origin("region") == ("the shell", "OS_REGION_NAME=RegionTwo")
+    assert s.cloud.origin("project") == (str(tmp_path / "project" / "clouds.yaml"), 'entry "other"')
+    assert s.cloud.origins() == (
+        "OS_CLIENT_CONFIG_FILE, OS_CLOUD, OS_REGION_NAME from the shell; "
+        f'the rest from clouds.yaml entry "other" ({tmp_path / "project" / "clouds.yaml"})'
+    )
+
+
+def test_doctor_s_line_names_where_each_os_value_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OS_REGION_NAME", "RegionTwo")
+    s = load(make_project(tmp_path, env_text=CLOUD_ENV + f"OS_PASSWORD={PASSWORD}\n"))
+    clouds = tmp_path / "project" / "clouds.yaml"
+    assert s.cloud.origins() == (
+        f'OS_CLIENT_CONFIG_FILE, OS_CLOUD, OS_PASSWORD from .env; the rest from clouds.yaml entry "test" ({clouds}); '
+        "OS_PASSWORD unused beside OS_CLOUD (its entry is the whole login); "
+        "the shell's OS_REGION_NAME ignored (.env is the whole login)"
+    )
+    assert PASSWORD not in s.cloud.origins()
+    env = "OS_AUTH_URL=http://127.0.0.1:5999/v3\nOS_APPLICATION_CREDENTIAL_ID=a\nOS_REGION_NAME=RegionOne\n"
+    auth = load(make_project(tmp_path, env_text=env)).cloud
+    assert auth.origins().startswith("OS_APPLICATION_CREDENTIAL_ID, OS_AUTH_URL, OS_REGION_NAME from .env;")
+    assert auth.origin("region") == (".env", "OS_REGION_NAME=RegionOne")
+    assert auth.origin("project") == (".env", "no OS_PROJECT_ID or OS_PROJECT_NAME")
 
 
 def test_env_auth_url_ignores_a_stray_os_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_rent.project.state import Phase, State, StateCorrupt, StateError, StateLocked, StateStore, allowed
+from gpu_rent.project.state import Phase, Scope, State, StateCorrupt, StateError, StateLocked, StateStore, allowed
 
 REPO = Path(__file__).resolve().parents[2]
 ID, P, B, RC, RT = Phase.IDLE, Phase.PROVISIONING, Phase.BOOTSTRAPPING, Phase.READY_CLOUD, Phase.READY_TUNNELED
@@ -120,6 +120,7 @@ def full_state() -> State:
     state = State(pool="ru-7a", flavor="gpu.a100.1")
     state.move_to(Phase.PROVISIONING, reason="up", now=datetime(2025, 1, 1, 10, tzinfo=UTC))
     state.resources.update(server="srv-1", data_volume="vol-2", floating_ip_address="203.0.113.9", custom="x")
+    state.cloud = Scope("0f3e-project", "ru-7")
     state.begin_operation("up", "server")
     return state
 
@@ -128,7 +129,15 @@ def test_json_round_trip() -> None:
     state = full_state()
     data = json.loads(json.dumps(state.to_json()))
     assert data["phase"] == "provisioning"
+    assert data["cloud"] == {"project_id": "0f3e-project", "region": "ru-7"}
     assert State.from_json(data) == state
+
+
+def test_a_state_from_before_the_cloud_was_recorded_reads_as_not_knowing_it() -> None:
+    data = full_state().to_json()
+    del data["cloud"]
+    assert State.from_json(data).cloud is None
+    assert State.from_json({**data, "cloud": {"project_id": "p", "region": None}}).cloud == Scope("p", None)
 
 
 @pytest.mark.parametrize(
@@ -144,6 +153,8 @@ def test_json_round_trip() -> None:
         lambda d: d["transitions"].append({"phase": "idle", "at": "yesterday"}),
         lambda d: d["transitions"].append({"phase": ["idle"], "at": "2025-01-01T00:00:00Z"}),
         lambda d: d.update(operation="up"),
+        lambda d: d.update(cloud="ru-7"),
+        lambda d: d.update(cloud={"project_id": 7, "region": "ru-7"}),
         lambda d: d.update(version="1"),
         lambda d: d.update(version=99),
     ],
@@ -164,6 +175,19 @@ def test_missing_file_is_fresh_state(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
     assert store.load() == State()
     assert not store.dir.exists()  # reading creates nothing
+
+
+def test_a_peek_reads_what_is_there_and_never_moves_a_file_aside(tmp_path: Path) -> None:
+    """connect compares the state's cloud with its login before the command has loaded the state: that look must
+    leave an unreadable file for load to report and move aside, once."""
+    store = StateStore(tmp_path)
+    assert store.peek() is None
+    store.save(full_state())
+    assert store.peek() == full_state()
+    store.path.write_text('{"phase": "provisi')
+    assert store.peek() is None and store.path.exists()
+    store.path.write_text('{"phase": "idle", "cloud": "ru-7"}')
+    assert store.peek() is None and list(store.dir.glob("state.json.corrupt-*")) == []
 
 
 def test_save_load_is_atomic_private_and_ignored(tmp_path: Path) -> None:

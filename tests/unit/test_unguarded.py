@@ -7,7 +7,7 @@ import pytest
 
 from gpu_rent.cloud import view as cloud
 from gpu_rent.project import settings as config
-from gpu_rent.project.state import State
+from gpu_rent.project.state import Scope, State
 from gpu_rent.rental import operations as rental_module
 from gpu_rent.rental import up_head_start
 from gpu_rent.rental.operations import OperationFailed, Rental
@@ -46,6 +46,7 @@ def test_up_names_a_server_it_created_and_left_without_a_killer(created, armed, 
 @pytest.mark.parametrize("armed", [False, True])
 def test_an_up_that_fails_after_the_create_says_so_in_its_one_line(dead_cloud_project, monkeypatch, armed):
     monkeypatch.setattr(rental_module, "connect", lambda settings: "conn")
+    monkeypatch.setattr(rental_module, "scope_of", lambda conn: Scope("p", "RegionOne"))
     monkeypatch.setattr(rental_module.cloud, "observe", lambda conn, name: cloud.CloudView())
     monkeypatch.setattr(rental_module, "plan", lambda *a: [rental_module.PlanItem("server", "s", "create")])
     monkeypatch.setattr(up_head_start, "ask", lambda conn, questions: {})
@@ -75,6 +76,7 @@ def test_a_server_whose_killer_proof_is_refused_is_deleted_when_up_made_it_and_n
     is the cloud's configuration, which no later tick mends. A server this up made is deleted, its volumes
     kept; one that was there before (perhaps working) is kept, and up fails saying it bills unguarded."""
     monkeypatch.setattr(rental_module, "connect", lambda settings: "conn")
+    monkeypatch.setattr(rental_module, "scope_of", lambda conn: Scope("p", "RegionOne"))
     monkeypatch.setattr(rental_module.cloud, "observe", lambda conn, name: cloud.CloudView())
     action = "create" if made else "reuse"
     monkeypatch.setattr(rental_module, "plan", lambda *a: [rental_module.PlanItem("server", "s", action)])

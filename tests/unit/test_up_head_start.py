@@ -13,7 +13,7 @@ from ansible.template import Templar, trust_as_template
 
 from gpu_rent.cloud import view as cloud
 from gpu_rent.project import settings as config
-from gpu_rent.project.state import State, StateStore
+from gpu_rent.project.state import Scope, State, StateStore
 from gpu_rent.rental import operations as rental_module
 from gpu_rent.rental import up_head_start
 from gpu_rent.rental.operations import Rental
@@ -130,6 +130,7 @@ def test_a_lookup_older_than_a_persons_answer_is_asked_again_before_the_create(
     clock = [1000.0]
     monkeypatch.setattr(rental_module.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(rental_module, "connect", lambda settings: "conn")
+    monkeypatch.setattr(rental_module, "scope_of", lambda conn: Scope("p", "RegionOne"))
     monkeypatch.setattr(rental_module.cloud, "observe", lambda conn, name: cloud.CloudView())
     monkeypatch.setattr(rental_module, "plan", lambda *a: [rental_module.PlanItem("server", "s", "create")])
     asked = []
