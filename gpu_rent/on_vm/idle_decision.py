@@ -119,7 +119,8 @@ class LlmLook:
     # llama.cpp's GET /metrics, read when /slots is off: requests processing plus deferred; None: not read
     requests: int | None = None
     error: str | None = None  # why nothing was read
-    loading: bool = False  # Ollama's /api/ps waits for a model load (silent too: a load that stalls is capped)
+    # Ollama's /api/ps waits for a model load, llama.cpp's /props for a reload (silent too: a stalled load is capped)
+    loading: bool = False
     # it answered, or did not within the timeout, without telling (an HTTP 5xx such as llama.cpp's 503 while
     # it loads, an answer of another shape): it may be working; False with an error: nothing there to ask
     silent: bool = False

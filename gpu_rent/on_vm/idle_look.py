@@ -273,6 +273,10 @@ def _llamacpp_look(url: str, timeout: float) -> LlmLook:
         if e.code not in _ROUTE_OFF:
             return _llm_unread("llamacpp", e)
     except (OSError, ValueError, TypeError) as e:
+        if _timed_out(e) and _answers(f"{url}/health", min(timeout, 2.0)):
+            # server-queue.cpp start_loop reloads a sleeping server's model holding mutex_tasks, which
+            # is_sleeping() (/props) takes: every route but /health waits for the reload a request asked for
+            return LlmLook("llamacpp", error="GET /props waits for the model's reload", silent=True, loading=True)
         return _llm_unread("llamacpp", e)
     try:
         slots = json.loads(_get(f"{url}/slots", timeout))

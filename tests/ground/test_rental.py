@@ -1056,6 +1056,12 @@ def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loa
     # every 2 s (seed_llm.yml re-arms the killer and reconfigures llama-server in one run)
     quick = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 600, "idle_killer_tick_seconds": 2,
              "llm_runtime_llamacpp_sleep_seconds": 4}  # fmt: skip
+    # its model loads in 12 s (the stand-in's STANDIN_LLAMA_LOAD_SECONDS; a 4 GB model takes 11-17 s on the real
+    # server), longer than the killer's 5 s look: the restart below takes it up
+    dropin = "/etc/systemd/system/llama-server.service.d/standin-load.conf"
+    unit = "[Service]\\nEnvironment=STANDIN_LLAMA_LOAD_SECONDS=12\\n"
+    slow = ssh(address, f"mkdir -p {dropin.rsplit('/', 1)[0]} && printf '{unit}' > {dropin} && systemctl daemon-reload")
+    assert slow.returncode == 0, slow.stderr
     rearmed = playbook(project, "seed_llm.yml", *[f"-e{k}={v}" for k, v in quick.items()])
     assert rearmed.returncode == 0, rearmed.stdout[-3000:]
     assert llm.gets(llm.llamacpp_release_url) == 1  # a new setting restarts the build in place, not a new install
@@ -1076,12 +1082,18 @@ def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loa
          "sys.argv[1], sys.argv[2].encode(), {'Content-Type': 'application/json'}), timeout=120).read()",
          f"{llm_url(project)}/completion", body], stdin=subprocess.DEVNULL)  # fmt: skip
     try:
-        told = tick_after(started + 1)
-        assert told["reason"].startswith("LLM runtime: llama.cpp model loaded"), told
+        # the request woke it: the model reloads holding the queue's lock, so /props does not answer (only /health
+        # does) and the killer names the reload, keeping the VM, where it read a sleeping model before (issue 38)
+        reloading = wait_until("the reload named", lambda: (r := tick_after(started + 1))["reason"].startswith(
+            "LLM runtime: llama.cpp loading a model (GET /props waits for the model's reload)") and r, 60)  # fmt: skip
+        assert reloading["action"] == "keep" and "counted as busy" in reloading["reason"], reloading
+        told = wait_until("the model up", lambda: (r := tick_after(time.time()))["reason"].startswith(
+            "LLM runtime: llama.cpp model loaded") and r, 60)  # fmt: skip
         assert answering.poll() is None  # the request still ran when the killer looked
     finally:
         assert answering.wait(timeout=120) == 0
-    assert ours.servers()[0].status == "ACTIVE"
+        ssh(address, f"rm -f {dropin} && systemctl daemon-reload")
+    assert ours.servers()[0].status == "ACTIVE" and told["action"] == "keep"
     # done, it sleeps 4 s later and gives its VRAM back: the killer is quiet again
     wait_until("asleep again", lambda: "llama.cpp model asleep" in tick_after(time.time())["reason"], 60, 1)
 

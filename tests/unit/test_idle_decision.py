@@ -724,3 +724,12 @@ def test_an_ollama_load_keeps_the_vm_and_is_named_a_load_not_a_fault():
     decision = decide(seen(llm=look), LIMITS, Memory(idle_since=LATE - 40 * MIN))
     assert decision.action == KEEP and decision.reason == "LLM runtime: Ollama loading a model (GET /api/ps waits " \
         "for a model load): counted as busy for 60 min more"  # fmt: skip
+
+
+def test_a_llamacpp_reload_keeps_the_vm_and_is_named_a_reload():
+    """A request woke llama-server: its model reloads holding the queue's lock, and /props waits (server-queue.cpp)."""
+    look = LlmLook("llamacpp", error="GET /props waits for the model's reload", silent=True, loading=True)
+    decision = decide(seen(llm=look), LIMITS, Memory(idle_since=LATE - 40 * MIN))
+    assert decision.action == KEEP and decision.reason.startswith(
+        "LLM runtime: llama.cpp loading a model (GET /props waits for the model's reload): counted as busy"
+    )

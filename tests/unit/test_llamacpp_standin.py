@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_rent.on_vm import idle_look
 from tests.module_file import load
 from tests.unit.test_ollama_standin import api, call, free_port, wait_for
 
@@ -34,7 +35,9 @@ ENV = {"PATH": "/usr/bin:/bin", "STANDIN_LLAMA_LOAD_SECONDS": "0.4", "STANDIN_LL
 
 
 class Llama:
-    def __init__(self, tmp: Path, *args: str, model: Path | None = None, port: int | None = None):
+    def __init__(
+        self, tmp: Path, *args: str, model: Path | None = None, port: int | None = None, env: dict | None = None
+    ):
         self.port, self.out = port or free_port(), tmp / f"llama-{time.monotonic_ns()}.err"
         if model is None:
             model = tmp / "tiny.gguf"
@@ -43,7 +46,8 @@ class Llama:
         self.model = model
         argv = [str(SERVER), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), *args]
         with self.out.open("wb") as sink:
-            self.proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
+            self.proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=ENV | (env or {}),
+                                         start_new_session=True)  # fmt: skip
 
     def up(self) -> bool:
         assert self.proc.poll() is None, self.out.read_text()
@@ -216,6 +220,25 @@ def test_sleep_after_idle_and_wake_by_a_completion(start):
     assert code == 200 and body["tokens_predicted"] == 2
     assert api(llama.port, "GET", "/props")[1]["is_sleeping"] is False
     assert "exiting sleeping state" in llama.log()
+
+
+def test_a_reload_after_sleep_holds_every_route_but_health_and_the_killer_names_it(start):
+    """server-queue.cpp start_loop reloads the model holding mutex_tasks, which is_sleeping() takes: while a
+    completion wakes it, /props, /v1/models and /slots do not answer until the model is up, /health does
+    (measured on the real b11434, issue 38). The killer's look times out on /props, finds /health answering,
+    and names a reload, not a fault."""
+    llama = start("--sleep-idle-seconds", "1", env={"STANDIN_LLAMA_LOAD_SECONDS": "3"}).wait_up()
+    wait_for(lambda: api(llama.port, "GET", "/props")[1]["is_sleeping"], timeout=8, what="asleep")
+    waking, answer = in_background(lambda: api(llama.port, "POST", "/completion", {"prompt": "wake", "n_predict": 1}))
+    wait_for(lambda: "exiting sleeping state" in llama.log(), what="the reload begun")
+    for path in ("/props", "/v1/models", "/slots"):
+        with pytest.raises(TimeoutError):
+            call(llama.port, "GET", path, timeout=0.5)
+    assert api(llama.port, "GET", "/health") == (200, {"status": "ok"})
+    look = idle_look.llm_look("llamacpp", f"http://127.0.0.1:{llama.port}", timeout=0.5)
+    assert look.silent and look.loading and look.error == "GET /props waits for the model's reload", look
+    waking.join(10)
+    assert answer["value"][0] == 200 and api(llama.port, "GET", "/props")[1]["is_sleeping"] is False
 
 
 def test_sigterm_exits_0_and_a_restart_binds_the_port_at_once(start):

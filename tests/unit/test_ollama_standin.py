@@ -59,8 +59,8 @@ def spawn(argv: list, out: Path, env: dict) -> subprocess.Popen:
         return subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def call(port: int, method: str, path: str, body=None, headers=None) -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def call(port: int, method: str, path: str, body=None, headers=None, timeout: float = 30) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         data = json.dumps(body).encode() if isinstance(body, dict) else body
         conn.request(method, path, data, headers or {})
