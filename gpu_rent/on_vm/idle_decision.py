@@ -207,16 +207,16 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
 
     trouble = _trouble(seen, limits, before)
     queued, other = _queued(seen), _other_work(seen, limits, before)
-    hung_since = _hung_since(seen, limits, memory, queued, other)
+    hung_since, quiet = _hung_since(seen, limits, memory, queued, other)
     memory = replace(memory, hung_since=hung_since)
     work = ", ".join(w for w in (queued, other) if w) or None
-    if hung_since is not None and now - hung_since >= limits.hung_seconds:
+    if quiet and now - hung_since >= limits.hung_seconds:
         # no work then: trouble from the moment the GPU went quiet, so the cap is mostly spent already
         hung = f"{queued}, but every GPU at or below {limits.gpu_percent:g} %: hung"
         trouble = f"{hung}; {trouble}" if trouble else hung
         memory = replace(memory, troubled_since=min(memory.troubled_since or hung_since, hung_since))
         work = None
-    elif hung_since is not None and (left := limits.hung_seconds - (now - hung_since)) <= min(
+    elif quiet and (left := limits.hung_seconds - (now - hung_since)) <= min(
         HUNG_WARNING_SECONDS, limits.hung_seconds / 2
     ):
         work = f"{work}, every GPU quiet for {_minutes(now - hung_since)}: hung in {_minutes(left)} more"
@@ -335,14 +335,15 @@ def _queued(seen: Observation) -> str | None:
 
 def _hung_since(
     seen: Observation, limits: Limits, memory: Memory, queued: str | None, other: str | None
-) -> float | None:
-    """Since when the counters alone tell work while every GPU was read and quiet; None when they tell none, another
-    sign of work is there, or a GPU was not read: a GPU that cannot be read never makes work hung."""
+) -> tuple[float | None, bool]:
+    """Since when the counters alone tell work with every GPU read and quiet, and whether this tick read them so;
+    None when the counters tell none or another sign of work is there. A tick that could not read a GPU neither
+    makes work hung nor restarts the wait (an nvidia-smi that fails now and then must not keep a hung VM)."""
     if limits.hung_seconds is None or limits.gpu_percent is None or not queued or other:
-        return None
+        return None, False
     if not seen.gpus or any(utilization is None for _index, utilization, _memory in seen.gpus):
-        return None
-    return memory.hung_since if memory.hung_since is not None else seen.now
+        return memory.hung_since, False
+    return (memory.hung_since if memory.hung_since is not None else seen.now), True
 
 
 def _other_work(seen: Observation, limits: Limits, llm_before: dict) -> str | None:

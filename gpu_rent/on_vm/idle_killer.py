@@ -227,19 +227,36 @@ TRANSPORT_ERRORS = (OSError, http.client.HTTPException, ValueError)
 
 
 def _body(e: urllib.error.HTTPError) -> str:
-    """An error's body in one line (its first 300 characters): the service's own words on what it refused."""
+    """An error's body (its first 4000 characters): the service's own words on what it refused."""
     try:
-        return " ".join(e.read().decode(errors="replace")[:300].split())
+        return e.read(4000).decode(errors="replace")
     except (OSError, http.client.HTTPException):
         return ""
 
 
-def _names(body: str, resource_id: str | None) -> bool:
-    """Whether a 404 is the service's answer about this resource. Nova's names it ("Instance <id> could not be
-    found.", nova/exception.py InstanceNotFound, sent by nova/api/openstack/common.py get_instance), Neutron's
-    too ("Floating IP <id> could not be found", neutron_lib/exceptions/l3.py FloatingIPNotFound). A 404 from a
-    URL built wrong (a gateway's, a doubled /v2.0) names nothing: no proof the thing is gone."""
-    return bool(resource_id) and resource_id in body
+def _in_short(body: str) -> str:
+    """A body in one line of at most 300 characters, for a message."""
+    return " ".join(body[:300].split()) or "no body"
+
+
+def _not_found(body: str, kind: str, resource_id: str | None) -> bool:
+    """Whether a 404 is the service's own word that this resource is not there: Nova's itemNotFound naming the
+    server ("Instance <id> could not be found.", nova/exception.py InstanceNotFound, sent by
+    nova/api/openstack/common.py get_instance), Neutron's FloatingIPNotFound naming the address
+    (neutron_lib/exceptions/l3.py). A 404 from a URL built wrong says neither: a gateway's page (which may
+    quote the URL, id and all), Neutron's HTTPNotFound for a doubled /v2.0. No proof the thing is gone."""
+    try:
+        said = json.loads(body)
+    except ValueError:
+        return False
+    if not resource_id or not isinstance(said, dict):
+        return False
+    if kind == "nova":
+        fault = said.get("itemNotFound")
+        return isinstance(fault, dict) and resource_id in str(fault.get("message"))
+    fault = said.get("NeutronError")
+    named = isinstance(fault, dict) and resource_id in str(fault.get("message"))
+    return named and fault.get("type") == "FloatingIPNotFound"
 
 
 # ------------------------------------------------------------------ acting
@@ -305,7 +322,10 @@ def show_own_server(cfg: Config, login: tuple[str, list] | None = None) -> tuple
     request = urllib.request.Request(url, headers={"X-Auth-Token": token}, method="GET")
     try:
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as reply:
-            shown = json.loads(reply.read()).get("server") or {}
+            said = json.loads(reply.read())
+        shown = said.get("server") if isinstance(said, dict) else None
+        if not isinstance(shown, dict):
+            raise ValueError(f"not a server: {_in_short(json.dumps(said))}")
     except urllib.error.HTTPError as e:
         if e.code == 401:  # keystonemiddleware: no rule matches the path Nova sees, or Nova checks no rules
             raise CredentialRefused(
@@ -316,7 +336,7 @@ def show_own_server(cfg: Config, login: tuple[str, list] | None = None) -> tuple
             raise CredentialRefused(f"the cloud's policy forbids GET {path} to this credential (HTTP 403)") from None
         if e.code == 404:
             body = _body(e)
-            if _names(body, cfg.server_id):
+            if _not_found(body, "nova", cfg.server_id):
                 region = cfg.region_name or "the catalogue's only region"
                 raise Gone(f"Nova in {region} has no server {cfg.server_id} (the wrong region?)") from None
             raise CredentialRefused(
@@ -407,7 +427,7 @@ def filled(text: str, held_path: Path) -> str:
 
 
 def _wrong_url(body: str) -> str:
-    return f"not the service's answer, the catalogue's URL may be wrong ({body or 'no body'})"
+    return f"not the service's answer, the catalogue's URL may be wrong ({_in_short(body)})"
 
 
 def delete_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
@@ -420,7 +440,7 @@ def delete_server(cfg: Config, login: tuple[str, list] | None = None) -> str:
             return f"asked Nova to delete server {cfg.server_id}"
     except urllib.error.HTTPError as e:
         body = _body(e)
-        if e.code == 404 and _names(body, cfg.server_id):  # the proof found it through this URL: it is gone
+        if e.code == 404 and _not_found(body, "nova", cfg.server_id):  # the proof found it through this URL: gone
             return f"server {cfg.server_id} is already gone"
         if e.code == 404:  # never "gone": the server may bill on behind a URL that reaches no Nova
             raise CredentialRefused(
@@ -446,7 +466,7 @@ def _conflict(cfg: Config, login: tuple[str, list], body: str) -> str:
         return f"server {cfg.server_id} is already gone"
     if shown.get("OS-EXT-STS:task_state") == "deleting" or shown.get("status") in ("DELETED", "SOFT_DELETED"):
         return f"server {cfg.server_id} is being deleted already"
-    raise Unreachable(f"Nova: HTTP 409 {body}")
+    raise Unreachable(f"Nova: HTTP 409 {_in_short(body)}")
 
 
 def network_url(catalog: list, cfg: Config) -> str:
@@ -466,7 +486,7 @@ def delete_floating_ip(cfg: Config, login: tuple[str, list] | None = None) -> st
             return f"deleted floating IP {cfg.floating_ip_id}"
     except urllib.error.HTTPError as e:
         body = _body(e)
-        if e.code == 404 and _names(body, cfg.floating_ip_id):
+        if e.code == 404 and _not_found(body, "neutron", cfg.floating_ip_id):
             return f"floating IP {cfg.floating_ip_id} is already gone"
         if e.code == 404:
             raise CredentialRefused(
@@ -526,13 +546,18 @@ def write_status(path: Path, status: dict, durable: bool = False) -> None:
     """Whole or not at all; durable: through to the disk, its folder too (the guest may be cut off next)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(prefix=path.name + ".", suffix=".partial", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(status, indent=1, sort_keys=True) + "\n")
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.chmod(partial, 0o644)
-    os.replace(partial, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(status, indent=1, sort_keys=True) + "\n")
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)  # a full disk keeps no half-written copies
+        raise
     if durable:
         directory = os.open(path.parent, os.O_RDONLY)
         try:
@@ -666,6 +691,10 @@ def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
         write_status(path, status)
     except OSError as e:  # a full /run: the memory on the boot volume keeps the clock (restore: this boot's own)
         say(f"{WARNING}status not written to {path} ({e}): the idle clock goes on from {cfg.memory_file or 'nothing'}")
+        # the last report would tell status and the laptop's watchdog a deadline this tick may have moved: none
+        # is better than a stale one (the watchdog forgets a report it cannot read, never acts on it)
+        with contextlib.suppress(OSError):
+            path.unlink()
     keep_memory(cfg, status)
     return status
 

@@ -705,7 +705,19 @@ def test_a_gpu_at_work_at_any_tick_resets_the_wait():
 def test_work_is_never_hung_without_a_quiet_gpu_reading_or_with_another_sign_of_work(signals, limits):
     decisions = run([seen(LATE + m * MIN, status=running(waiting_gens=2), **signals) for m in range(0, 200)],
                     limits=limits)  # fmt: skip
-    assert all(d.action == KEEP and "hung" not in d.reason and d.memory.hung_since is None for d in decisions)
+    assert all(d.action == KEEP and "hung" not in d.reason for d in decisions)
+    if "gpu_error" not in signals and signals["gpus"] != ((0, None, None),):  # unread: the wait paused, not begun
+        assert all(d.memory.hung_since is None for d in decisions)
+
+
+def test_a_gpu_unread_now_and_then_pauses_the_wait_and_never_restarts_it():
+    frozen = {"status": running(live_gens=1), "gpus": QUIET_GPU}
+    unread = {"status": running(live_gens=1), "gpus": None, "gpu_error": "nvidia-smi timed out"}
+    ticks = [seen(LATE + m * MIN, **(unread if m % 7 == 3 else frozen)) for m in range(0, 70)]
+    decisions = run(ticks, limits=HUNG)
+    assert all(d.memory.hung_since == LATE for d in decisions)
+    hung = [m for m, d in enumerate(decisions) if "but every GPU at or below" in d.reason]
+    assert hung[0] == 60 and 66 not in hung  # minute 66 is unread: it keeps the VM as work, declares nothing
 
 
 def test_a_hung_comfyui_queue_counts_too_and_a_quiet_wait_shorter_than_the_cap_spends_the_rest_of_it():

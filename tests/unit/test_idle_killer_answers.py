@@ -23,6 +23,10 @@ DELETE_ADDRESS = ("DELETE", f"/network/v2.0/floatingips/{ADDRESS}")
 NEUTRON_NOT_FOUND = {"NeutronError": {"type": "FloatingIPNotFound", "detail": "",
                                       "message": f"Floating IP {ADDRESS} could not be found"}}  # fmt: skip
 GATEWAY_404 = "<html><body><h1>404 Not Found</h1></body></html>"
+# Apache's page quotes the URL, the id in it: still not Nova's word
+APACHE_404 = ("<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\"><html><head><title>404 Not Found</title>"
+              f"</head><body><h1>Not Found</h1><p>The requested URL /compute/v2.1/servers/{SERVER} was not found on "
+              "this server.</p></body></html>")  # fmt: skip
 # what the ground's Neutron answers a DELETE of /v2.0/v2.0/floatingips/<id> (a URL built wrong)
 NEUTRON_NO_ROUTE = {"NeutronError": {"type": "HTTPNotFound", "message": "The resource could not be found.",
                                      "detail": ""}}  # fmt: skip
@@ -50,13 +54,14 @@ def test_nova_saying_the_server_is_not_found_is_gone_and_the_address_goes(tmp_pa
     assert DELETE_ADDRESS in cloud.asked and words(tmp_path)["deleted_at"]
 
 
-def test_a_404_not_about_the_server_is_never_gone(tmp_path, cloud_answering):  # noqa: F811
+@pytest.mark.parametrize("page", [GATEWAY_404, APACHE_404], ids=["gateway", "apache-quoting-the-url"])
+def test_a_404_not_about_the_server_is_never_gone(tmp_path, cloud_answering, page):  # noqa: F811
     """A gateway's 404 (a compute URL that reaches no Nova): the server bills on, the killer says so."""
     cloud = cloud_answering(200, {"server": {"id": SERVER}})
-    cloud.deletes["compute"] = (404, GATEWAY_404)
+    cloud.deletes["compute"] = (404, page)
     acted, credential = act(tmp_path, cloud)
     assert acted["acted"].startswith("CREDENTIAL REFUSED, cannot delete this server: Nova's DELETE answered HTTP 404")
-    assert "the catalogue's URL may be wrong (<html><body><h1>404 Not Found" in acted["acted"]
+    assert "the catalogue's URL may be wrong (<" in acted["acted"]
     assert credential["state"] == "refused" and DELETE_ADDRESS not in cloud.asked and words(tmp_path) is None
 
 
@@ -126,3 +131,11 @@ def test_a_proof_cut_mid_answer_is_unreachable(tmp_path, cloud_answering):  # no
     cloud.nova = CUT
     result = idle_killer.check_and_record(config(tmp_path, cloud))
     assert result["state"] == "unreachable" and "IncompleteRead" in result["message"], result
+
+
+def test_a_409_whose_server_is_not_json_of_a_server_is_tried_again(tmp_path, cloud_answering):  # noqa: F811
+    cloud = cloud_answering(200, ["not", "a", "server"])
+    cloud.deletes["compute"] = (409, CONFLICT)
+    acted, _ = act(tmp_path, cloud)
+    assert acted["acted"].startswith("delete failed, tried again next tick: Nova at http://127.0.0.1:"), acted
+    assert words(tmp_path) is None

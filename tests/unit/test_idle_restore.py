@@ -133,19 +133,33 @@ def test_a_run_that_cannot_be_written_keeps_the_clock_from_the_boot_volume(tmp_p
     os.utime(partial, (t0, t0))
     assert idle_killer.tick(cfg, now=t0, say=lambda _: None)["memory"]["idle_since"] is None  # work in /run's record
     partial.unlink()
-    write = idle_killer.write_status
+    run_dir = str(Path(cfg.status_file).parent)
+    opened = os.fdopen
 
-    def full(path, status, durable=False):
-        if str(path) == cfg.status_file:
+    class Full:  # a file in the full /run: made, but nothing can be written to it
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, _text):
             raise OSError(28, "No space left on device")
-        write(path, status, durable)
 
-    monkeypatch.setattr(idle_killer, "write_status", full)
+    def fdopen(fd, *args, **kwargs):
+        f = opened(fd, *args, **kwargs)
+        return Full(f) if os.readlink(f"/proc/self/fd/{fd}").startswith(run_dir) else f
+
+    monkeypatch.setattr(idle_killer.os, "fdopen", fdopen)
     said: list[str] = []
     ticks = [idle_killer.tick(cfg, now=t0 + m * MIN, say=said.append) for m in range(1, 32)]
     assert {t["memory"]["idle_since"] for t in ticks} == {t0 + MIN}  # the clock never restarts
     assert [t["action"] for t in ticks] == ["keep"] * 30 + ["delete"]
     assert ticks[-1]["restored_at"] is None  # no restore's grace: the VM never went down
+    assert not Path(cfg.status_file).exists() and not list(Path(cfg.status_file).parent.glob("*.partial"))
     assert said[1].startswith(f"<4>status not written to {cfg.status_file} ([Errno 28] No space left on device)")
 
 
