@@ -5,7 +5,6 @@ them), the script run as the role runs it on the VM: `python3 -m on_vm.llm_pull`
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 from gpu_rent.on_vm import llm_pull
 from gpu_rent.on_vm.progress_line import parse as parse_progress
 from gpu_rent.project import llm_models
-from tests.unit.test_ollama_standin import MB, Ollama, Registry, registry, stop, wait_for
+from tests.unit.test_ollama_standin import MB, Ollama, Registry, part_file, registry, stop, wait_for
 from tests.unit.test_ollama_standin import servers as servers  # a fixture: each server killed at the end
 
 REPO = Path(__file__).resolve().parents[2]
@@ -183,7 +182,7 @@ def test_a_pull_cut_short_resumes_where_it_stopped(tmp_path, servers):
         stop(first)
     model = written["manifest"]["layers"][0]
     part = tmp_path / "models" / "blobs" / f"sha256-{model['digest'][7:]}-partial-0"
-    wait_for(lambda: json.loads(part.read_text()).get("Completed", 0) >= MB if part.exists() else False,
+    wait_for(lambda: (part_file(part) or {}).get("Completed", 0) >= MB,  # None while Ollama rewrites it
              what="Ollama recorded how far the part got")  # fmt: skip
     time.sleep(0.2)  # the cancelled download leaves Ollama's download manager just after it records its part
     reg.throttle(0)
