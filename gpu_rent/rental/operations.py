@@ -134,7 +134,8 @@ class Rental:
             address = cloud.our_address(view, server, self.settings.name)
             bill = stopped_bill.for_server(self.settings, view, server, address) if server else None
             if bill:  # preempted with the laptop closed: say what it cost while nobody looked
-                self.say(f"server {server.name}: {bill}; bringing it back")
+                then = "deleting it and renting anew on its disks" if server.status == "ERROR" else "bringing it back"
+                self.say(f"server {server.name}: {bill}; {then}")
             creates_server = any(i.action == "create" and i.what == "server" for i in items)
             if creates_server and not confirm(items):
                 raise OperationFailed("nothing rented: not confirmed", canceled=True)

@@ -103,7 +103,7 @@ class StatusReport:
                 out.print(f"[red]          fault: {escape(s.fault)}[/]")
             if self.stopped_bill:
                 out.print(f"[bold yellow]billing[/]   [bold]{escape(self.stopped_bill)}[/]")
-                out.print(f"          {STOPPED_ADVICE}")
+                out.print(f"          {FAILED_ADVICE if s.status == 'ERROR' else STOPPED_ADVICE}")
         if self.address:
             out.print(f"[bold]address[/]   {self.address}")
         for v in self.volumes:
@@ -157,6 +157,8 @@ def operation_line(operation: dict | None, running: bool) -> str | None:
 
 
 STOPPED_ADVICE = "`gpu-rent stop` ends all but the disks (they stay until destroy); `gpu-rent up` brings the VM back"
+# roles/server deletes a server in ERROR (its volumes kept) so that up rents anew
+FAILED_ADVICE = "`gpu-rent stop` deletes it, its disks kept; `gpu-rent up` deletes it and rents a new one on them"
 
 
 def status_report(settings: Settings, say: Callable[[str], None]) -> StatusReport:

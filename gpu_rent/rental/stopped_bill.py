@@ -4,7 +4,8 @@ A preemption stops the VM with its idle-killer on it, and with the laptop closed
 the floating IP and the disks bill on until a command ends them. Selectel's rules
 (docs.selectel.ru, cloud servers "payment" and "preemptible servers"): a preempted server goes to
 EXPIRED and its vCPU, RAM and GPU stop billing from the next hour, public IPs and network disks go
-on; a frozen (shelved) server bills no compute either; a server shut off or suspended bills in full.
+on; a frozen (shelved) server bills no compute either; a server shut off or suspended bills in full. A
+server in ERROR runs nothing and stands until deleted: said to bill, as nothing says it does not.
 `line` is pure (the server's status, the time it changed, the prices); `for_server` feeds it from
 one look at the cloud and gpu-rent.vars.
 """
@@ -21,6 +22,9 @@ from gpu_rent.project.settings import Settings, resource_names
 NO_COMPUTE = frozenset({"SHELVED", "SHELVED_OFFLOADED", "EXPIRED"})
 # stopped, yet the server bills in full
 FULL_COMPUTE = frozenset({"SHUTOFF", "SUSPENDED", "PAUSED"})
+# failed: nothing runs, and Nova keeps the server (its disks attached) until it is deleted; whether the cloud bills
+# its compute then is the cloud's own rule, which gpu-rent does not know: counted as billing, said as may
+FAILED = frozenset({"ERROR"})
 
 
 @dataclass(frozen=True)
@@ -34,17 +38,20 @@ def line(status: str, since: float | None, address: str | None, disk_gb: int, pr
     """ "preempted at 02:10, nothing on it runs; still billing: floating IP ..., disks 150 GB, ~0.42/hour
     (~2.52 since)", or None when the server is not standing stopped."""
     status = status.upper()
-    if status not in NO_COMPUTE | FULL_COMPUTE:
+    if status not in NO_COMPUTE | FULL_COMPUTE | FAILED:
         return None
     bills: list[tuple[str, float | None, str]] = []  # what, its price per hour, the key that prices it
     if status in FULL_COMPUTE:
         bills.append((f"the server itself ({status} bills in full)", prices.server, "PRICE_PER_HOUR"))
+    if status in FAILED:
+        bills.append(("the server itself (in ERROR it may bill until deleted)", prices.server, "PRICE_PER_HOUR"))
     if address:
         bills.append((f"floating IP {address}", prices.floating_ip, "PRICE_FLOATING_IP_PER_HOUR"))
     if disk_gb:
         per_gb = None if prices.disk_gb is None else prices.disk_gb * disk_gb
         bills.append((f"disks {disk_gb} GB", per_gb, "PRICE_DISK_GB_PER_HOUR"))
     head = "preempted (stopped by the cloud)" if status in NO_COMPUTE else f"stopped ({status})"
+    head = "failed (ERROR)" if status in FAILED else head
     when = f" at {time.strftime('%H:%M', time.localtime(since))}" if since else ""
     text = f"{head}{when}, nothing on it runs; still billing: {', '.join(b[0] for b in bills) or 'nothing known'}"
     missing = sorted({key for _, price, key in bills if price is None})

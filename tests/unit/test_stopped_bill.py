@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import time
 
 import pytest
+from rich.console import Console
 
 from gpu_rent.cloud import view as cloud
+from gpu_rent.project.state import Phase
+from gpu_rent.rental.report import StatusReport
 from gpu_rent.rental.stopped_bill import Prices, line
 
 T = 1_796_000_000.0
@@ -45,7 +49,15 @@ def test_no_address_kept_and_no_time_known():
     assert said == "preempted (stopped by the cloud), nothing on it runs; still billing: disks 60 GB, ~0.60/hour"
 
 
-@pytest.mark.parametrize("status", ["ACTIVE", "BUILD", "ERROR", "REBOOT", "SOMETHING_NEW"])
+def test_a_server_in_error_is_said_to_bill_until_deleted():
+    """Money review #14: status had no line for ERROR, so it never said whether the failed server billed."""
+    said = line("ERROR", T, "203.0.113.7", 150, PRICED, T + 60)
+    assert said.startswith(f"failed (ERROR) at {clock(T)}, nothing on it runs; still billing: the server itself "
+                           "(in ERROR it may bill until deleted), floating IP 203.0.113.7, disks 150 GB")  # fmt: skip
+    assert said.endswith("~31.75/hour (~31.75 since)")
+
+
+@pytest.mark.parametrize("status", ["ACTIVE", "BUILD", "REBOOT", "SOMETHING_NEW"])
 def test_a_server_that_runs_or_is_underway_has_no_such_line(status):
     assert line(status, T, "203.0.113.7", 150, PRICED, T) is None
 
@@ -65,3 +77,17 @@ def test_the_address_is_the_servers_else_the_projects_own_floating_ip():
     running = cloud.Server("s", "gpu-rent-vm", "ACTIVE", "active", (), "f", None, ("198.51.100.4",))
     assert cloud.our_address(view, running, "gpu-rent") == "198.51.100.4"
     assert cloud.our_address(cloud.CloudView(), None, "gpu-rent") is None
+
+
+@pytest.mark.parametrize(
+    ("status", "advice"),
+    [("ERROR", "`gpu-rent up` deletes it and rents a new one on them"),
+     ("EXPIRED", "`gpu-rent up` brings the VM back")],
+)  # fmt: skip
+def test_status_says_what_each_command_does_to_the_standing_server(status, advice):
+    server = cloud.Server("s1", "gpu-rent", status, None, ("gpu-rent",), "gpu.a100.1", None, ())
+    report = StatusReport("/p", "ground", Phase.READY_CLOUD, "", server, None, [], [], None, None, None,
+                          stopped_bill=line(status, T, None, 60, PRICED, T))  # fmt: skip
+    out = Console(width=300, record=True, file=io.StringIO())
+    report.render(out)
+    assert advice in out.export_text()
