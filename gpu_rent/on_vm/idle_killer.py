@@ -646,7 +646,8 @@ def tick(cfg: Config, now: float | None = None, say=print) -> dict:
 def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
     path = Path(cfg.status_file)
     before = load_status(path)
-    before = restore(cfg, before, now) or before
+    boot = this_boot(cfg)  # read once: restore compares it, keep_memory records it
+    before = restore(cfg, before, now, boot) or before
     before["restored_at"] = _restored_at(cfg, before)  # once: observe() and the status file read it
     seen, swarm, comfy = observe(cfg, before, now, disk)
     memory = Memory(**before["memory"])
@@ -695,11 +696,11 @@ def _tick(cfg: Config, now: float, say, disk: dict) -> dict:
         # is better than a stale one (the watchdog forgets a report it cannot read, never acts on it)
         with contextlib.suppress(OSError):
             path.unlink()
-    keep_memory(cfg, status)
+    keep_memory(cfg, status, boot)
     return status
 
 
-def restore(cfg: Config, before: dict, now: float) -> dict | None:
+def restore(cfg: Config, before: dict, now: float, boot: str | None) -> dict | None:
     """The memory kept on the boot volume, when it is of this server and this arming and newer than /run's.
     Of this boot: /run could not be written (full), and the clock goes on as kept. Of a boot before, on a new
     boot (the status in /run is gone): a preemption's restore or a reboot; its idle clock moves on by the
@@ -709,7 +710,6 @@ def restore(cfg: Config, before: dict, now: float) -> dict | None:
     kept = load_status(Path(cfg.memory_file))
     if kept.get("server_id") != cfg.server_id or kept.get("armed_at") != cfg.armed_at or not kept.get("tick_at"):
         return None  # another server's (a kept boot volume under a new VM), or another arming's: a fresh start
-    boot = this_boot(cfg)
     if boot is not None and kept.get("boot") == boot:
         if (before.get("tick_at") or 0) >= kept["tick_at"]:
             return None  # /run's record is as new: every tick but those after a failed write
@@ -743,12 +743,12 @@ def _restored_at(cfg: Config, status: dict) -> float | None:
     return restored_at if restored_at is not None and restored_at >= cfg.armed_at else None
 
 
-def keep_memory(cfg: Config, status: dict) -> None:
+def keep_memory(cfg: Config, status: dict, boot: str | None) -> None:
     """What restore needs, on the boot volume; never fatal (the killer acts without it, as before)."""
     if not cfg.memory_file:
         return
     kept = {k: status.get(k) for k in ("server_id", "armed_at", "booted_at", "restored_at", "tick_at", "memory")}
-    kept["boot"] = this_boot(cfg)
+    kept["boot"] = boot  # this_boot's: restore tells a full /run of this boot from a boot before by it
     try:
         write_status(Path(cfg.memory_file), kept)
     except OSError as e:
