@@ -21,7 +21,7 @@ class Act(StrEnum):
     WAIT = "wait"  # underway (booting, rebooting, unshelving): look again next tick
     RECOVER = "recover"  # shelved/stopped/expired: unshelve the same server, bootstrap lightly, reopen
     GONE = "gone"  # deleted (idle-killer, stop, the cloud): close the tunnel, nothing to bring back
-    FATAL = "fatal"  # ERROR: say why and exit, never re-create
+    FATAL = "fatal"  # ERROR: delete it (the volumes stay), say why and exit, never re-create
     UNKNOWN = "unknown"  # a status this program does not know: log it, touch nothing
 
 
@@ -47,7 +47,8 @@ def judge(status: str | None, vm_state: str | None = None, task_state: str | Non
         return Verdict(Act.GONE, f"the server is being deleted ({raw})")
     if status == "ERROR":
         why = f"the server is in ERROR ({raw}{'; fault: ' + fault if fault else ''})"
-        return Verdict(Act.FATAL, f"{why}: not re-created; `gpu-rent stop` then `gpu-rent up` rents anew")
+        # nothing on a failed server can delete it, and a cloud may bill it: the laptop ends it, never re-creates
+        return Verdict(Act.FATAL, f"{why}: deleting it (the volumes stay), not re-created; `gpu-rent up` rents anew")
     if task_state:  # unshelving, spawning, powering-on...: the cloud is already at it
         return Verdict(Act.WAIT, f"the cloud is at work ({raw})")
     if status == "ACTIVE":

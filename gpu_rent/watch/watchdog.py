@@ -4,8 +4,9 @@
 `up` and `open` start it in the background. It writes `.gpu-rent/tunnel.json` at every change:
 where it forwards, what it is doing and why; `status` and `stop` read it. The watchdog looks at
 the server every WATCH_SECONDS: shelved or stopped (a preemption) → the same server is brought
-back and the tunnel reopens; ERROR → exit with the reason; gone → the tunnel closes, saying who
-deleted it (gpu_rent/rental/vm_end.py): while it forwards, it keeps the idle-killer's last report.
+back and the tunnel reopens; ERROR → the server is deleted (volumes kept) and it exits with the reason;
+gone → the tunnel closes, saying who deleted it (gpu_rent/rental/vm_end.py): while it forwards, it keeps the
+idle-killer's last report.
 """
 
 from __future__ import annotations
@@ -275,7 +276,9 @@ class Session:
             if verdict.act is Act.GONE:
                 why = await asyncio.to_thread(self._gone_why, verdict.why)
                 raise SessionEnded(f"{why}: the tunnel closes; gpu-rent up rents it again", 0, gone=True)
-            if verdict.act is Act.FATAL:
+            # a failed delete stays for the next tick: the session ends only once the failed server is not billing
+            failed = verdict.act is Act.FATAL
+            if failed and await self._delete_server(verdict.why, "gpu-rent: the VM failed") is not False:
                 raise SessionEnded(verdict.why, 1)
             if verdict.act is Act.RECOVER:
                 await self._recover(verdict.why)
@@ -316,24 +319,30 @@ class Session:
                 self.log(f"watchdog: {why}; while this tunnel runs, the watchdog deletes the VM at its deadline")
                 notify("gpu-rent: the idle-killer cannot delete the VM", why)
             return
+        if await self._delete_server(why, "gpu-rent: deleting the VM its idle-killer could not") is not None:
+            self._report = None
+
+    async def _delete_server(self, why: str, title: str) -> bool | None:
+        """The server deleted with the user's credential, the volumes kept, its end written for status: True
+        when deleted, False when the delete failed (the next tick tries again), None when the project now
+        names another server (stop deletes the state's server: it must be this one)."""
         server = self.server_id
-        with contextlib.suppress(StateError, OSError):  # stop deletes the state's server: it must be this one
+        with contextlib.suppress(StateError, OSError):
             recorded = load_state(self.store, self.log).resources.get("server")
             if recorded != server:
                 self.log(f"watchdog: {why}; not deleted: the project now names server {recorded}, not {server}")
-                self._report = None
-                return
+                return None
         self.log(f"watchdog: {why}; deleting the server with your credential (the volumes stay)")
-        notify("gpu-rent: deleting the VM its idle-killer could not", why)
+        notify(title, why)
         rental = Rental(self.settings, say=self.log, progress=_logged(self.log), cancel=self.cancel)
         try:
             await asyncio.to_thread(rental.stop)
         except (StateLocked, CloudUnreachable, OperationFailed, ConfigError, StateError, OSError, *CLOUD_ERRORS) as e:
             self.log(f"watchdog: could not delete the server: {e}; trying again at the next tick")
-            return
+            return False
         end = vm_end.stopped(server, time.time(), "watchdog", why)
         await asyncio.to_thread(vm_end.write, self.settings.runtime_dir, vm_end.END_FILE, end)
-        self._report = None
+        return True
 
     def _gone_why(self, why: str) -> str:
         """The server is gone: who deleted it, when and why, as status will tell it (kept for status)."""

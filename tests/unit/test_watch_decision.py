@@ -32,7 +32,7 @@ def test_error_is_never_retried_and_names_the_raw_state_and_fault():
     verdict = judge("ERROR", "error", None, "No valid host was found")
     assert verdict.act is Act.FATAL
     assert "status ERROR, vm_state error" in verdict.why and "No valid host was found" in verdict.why
-    assert "not re-created" in verdict.why
+    assert "not re-created" in verdict.why and "deleting it (the volumes stay)" in verdict.why
 
 
 def test_an_unknown_state_is_logged_raw_and_left_alone():

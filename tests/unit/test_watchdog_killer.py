@@ -53,3 +53,35 @@ def test_a_refused_killer_is_not_deleted_when_the_project_names_another_server(s
     session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s2"}}')
     asyncio.run(session._judge_killer())
     assert any("not deleted: the project now names server s2, not s1" in line for line in said), said
+
+
+class Deleting:
+    """Rental as the watchdog would build it, counting its stops; the first `fail` of them fail."""
+
+    stops = 0
+    fail = 0
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def stop(self):
+        Deleting.stops += 1
+        if Deleting.stops <= Deleting.fail:
+            raise OSError("the cloud did not answer")
+
+
+def test_a_server_in_error_is_deleted_with_the_volumes_kept_and_the_session_ends(session, monkeypatch):
+    """Nothing on a failed server can delete it and a cloud may bill it (money review #14): the watchdog ends
+    it as stop does, says who in the end file status reads, and exits; a delete that fails is tried again."""
+    Deleting.stops, Deleting.fail = 0, 1
+    monkeypatch.setattr(watchdog, "Rental", Deleting)
+    said: list[str] = []
+    session._log = said.append
+    session.store.path.parent.mkdir(parents=True, exist_ok=True)
+    session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s1"}}')
+    why = watchdog.judge("ERROR", "error", None, "disk gone").why
+    assert asyncio.run(session._delete_server(why, "t")) is False  # the next tick tries again
+    assert asyncio.run(session._delete_server(why, "t")) is True and Deleting.stops == 2
+    end = watchdog.vm_end.read(session.settings.runtime_dir, watchdog.vm_end.END_FILE)
+    assert end["server_id"] == "s1" and end["by"] == "gpu-rent watchdog" and "ERROR" in end["reason"], end
+    assert any("deleting the server with your credential (the volumes stay)" in line for line in said), said
