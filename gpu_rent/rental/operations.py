@@ -241,8 +241,10 @@ class Rental:
         with self.store.lock("hold"):
             state = load_state(self.store, self.say)
             self._require_running_vm("hold", "nothing bills; gpu-rent up")
-            value = "clear" if until is None else str(int(until))
-            self._run(state, "hold", "holding" if until else "clearing the hold", {"gpu_rent_hold_until": value})
+            # a length, not this machine's time: the VM makes it a time by its own clock (playbooks/hold.yml)
+            length = None if until is None else str(max(int(until - time.time()), 1))
+            extra = {"gpu_rent_hold_seconds": length} if length else {"gpu_rent_hold_until": "clear"}
+            self._run(state, "hold", "holding" if until else "clearing the hold", extra)
             return state
 
     def resize_data(self, gb: int) -> tuple[State, int]:

@@ -19,6 +19,11 @@ from gpu_rent.on_vm import paths
 from gpu_rent.project.state import KNOWN_HOSTS_FILE
 
 STATUS_FILE = paths.STATUS_FILE
+# The VM's clock, printed before the report: the killer's times are the VM's own, and compared with a laptop's
+# clock that is off they would call a ticking killer SILENT, or a dead one alive, by the skew (money review #16).
+READ_COMMAND = f"date +%s; cat {STATUS_FILE}"
+# Added to the report read: how many seconds the VM's clock is ahead of this machine's at the read.
+VM_CLOCK_AHEAD = "vm_clock_ahead"
 # A killer that has not ticked for this long is not running: say so rather than trust its last word.
 SILENT_SECONDS = 300
 # A credential with less life than this left is worth a warning: an up renews it.
@@ -46,7 +51,7 @@ def start(address: str, user: str, key: Path, known_hosts: Path, host_alias: str
         "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=yes",
         "-o", f'UserKnownHostsFile="{known_hosts}"', "-o", f"HostKeyAlias={host_alias}",
         *_shared_connection(host_alias), "-o", "LogLevel=ERROR", "-i", str(key), f"{user}@{address}",
-        f"cat {STATUS_FILE}",
+        READ_COMMAND,
     ]  # fmt: skip
     try:
         return subprocess.Popen(
@@ -99,11 +104,13 @@ def finish(proc: subprocess.Popen | None, timeout: float = 8) -> dict | None:
         return None
     if proc.returncode != 0:
         return None
+    vm_clock, _, report = out.partition("\n")
     try:
-        status = json.loads(out)
+        ahead = float(vm_clock) - time.time()
+        status = json.loads(report)
     except ValueError:
         return None
-    return status if isinstance(status, dict) else None
+    return {**status, VM_CLOCK_AHEAD: ahead} if isinstance(status, dict) else None
 
 
 def abandon(proc: subprocess.Popen | None) -> None:
@@ -157,8 +164,10 @@ def _describe(status: dict | None, now: float, server_id: str | None) -> str:
     tick_at = float(status.get("tick_at") or 0)
     if not tick_at:
         return "armed, no tick yet"
+    ahead = float(status.get(VM_CLOCK_AHEAD) or 0)  # the killer's times against the VM's clock, said in ours
+    laptop_now, now = now, now + ahead
     if now - tick_at > SILENT_SECONDS:
-        return f"SILENT since {_clock(tick_at)}: its timer does not run; `gpu-rent up` re-arms it"
+        return f"SILENT since {_clock(tick_at - ahead)}: its timer does not run; `gpu-rent up` re-arms it"
     reason = status.get("reason") or "no reason given"
     if status.get("action") == "delete":
         return f"deleting this server: {reason} ({status.get('acted') or 'asked'})"
@@ -168,17 +177,20 @@ def _describe(status: dict | None, now: float, server_id: str | None) -> str:
     if credential.get("state") == "unreachable":
         armed = f"UNPROVEN (the cloud did not answer its proof: {credential.get('message')}; it tries again)"
     line = (
-        f"{armed}, fires in {_minutes(float(fires_at) - now)} at {_clock(float(fires_at))} ({reason})"
+        f"{armed}, fires in {_minutes(float(fires_at) - now)} at {_clock(float(fires_at) - ahead)} ({reason})"
         if fires_at
         else f"{armed}, kept alive by: {reason}"
     )
     paid_until = status.get("paid_until")  # BILLING_HOUR: why it fires later than idle alone would
     if fires_at and paid_until:
-        line += f"; the hour is paid until {_clock(float(paid_until))}"
+        line += f"; the hour is paid until {_clock(float(paid_until) - ahead)}"
     backends = status.get("backends")  # "2 of 2 ComfyUI backends running", when SwarmUI listed them
     if backends and str(backends) not in reason:
         line += f"; {backends}"
-    return line + _gpu_warning(status.get("gpu_error")) + _expiry_warning(status.get("credential_expires_at"), now)
+    # the credential's expiry is Keystone's time: against this machine's clock, as every cloud time here
+    return (
+        line + _gpu_warning(status.get("gpu_error")) + _expiry_warning(status.get("credential_expires_at"), laptop_now)
+    )
 
 
 def _gpu_warning(error: object) -> str:

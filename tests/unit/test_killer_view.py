@@ -148,3 +148,27 @@ def test_armed_is_said_only_of_a_proven_credential(credential, head):
 def test_status_says_in_red_each_way_no_killer_is_known_to_delete_the_server(seen, server, blind):
     line = describe(seen, NOW, server)
     assert unguarded(line) is blind, line
+
+
+@pytest.mark.parametrize("ahead", [-600.0, 0.0, 600.0])
+def test_the_killers_times_are_read_against_the_vms_clock_and_said_in_the_laptops(ahead):
+    """A laptop clock off by 10 minutes neither calls a ticking killer SILENT nor a dead one alive, and the
+    times it shows are its own (money review #16): finish adds how far the VM's clock is ahead."""
+    vm_now = NOW + ahead
+    ticking = {**status(tick_at=vm_now - 20, fires_at=vm_now + 27 * 60), killer_view.VM_CLOCK_AHEAD: ahead}
+    assert describe(ticking, NOW) == f"armed, fires in 27 min at {clock(NOW + 27 * 60)} (queue empty, idle for 3 min)"
+    dead = {**status(tick_at=vm_now - 400), killer_view.VM_CLOCK_AHEAD: ahead}
+    assert describe(dead, NOW) == f"SILENT since {clock(NOW - 400)}: its timer does not run; `gpu-rent up` re-arms it"
+
+
+def test_a_read_gives_the_report_with_how_far_the_vms_clock_is_ahead(tmp_path):
+    shell = shutil.which("sh")
+    vm_clock = int(time.time()) + 3600
+    proc = killer_view.subprocess.Popen([shell, "-c", f'echo {vm_clock}; echo \'{{"tick_at": 5}}\''],
+                                        stdout=killer_view.subprocess.PIPE, text=True)  # fmt: skip
+    read = killer_view.finish(proc)
+    assert read["tick_at"] == 5 and 3590 < read[killer_view.VM_CLOCK_AHEAD] <= 3600
+    garbled = killer_view.subprocess.Popen([shell, "-c", "echo '{\"tick_at\": 5}'"], stdout=killer_view.subprocess.PIPE,
+                                           text=True)  # fmt: skip
+    assert killer_view.finish(garbled) is None  # no clock line: not the reader's answer
+    assert killer_view.READ_COMMAND.startswith("date +%s; cat ")
