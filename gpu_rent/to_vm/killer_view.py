@@ -106,7 +106,7 @@ def finish(proc: subprocess.Popen | None, timeout: float = 8) -> dict | None:
         return None
     vm_clock, _, report = out.partition("\n")
     try:
-        ahead = float(vm_clock) - time.time()
+        ahead = round(float(vm_clock) - time.time())  # whole seconds, as date +%s tells them
         status = json.loads(report)
     except ValueError:
         return None

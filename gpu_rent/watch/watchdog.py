@@ -7,6 +7,9 @@ the server every WATCH_SECONDS: shelved or stopped (a preemption) → the same s
 back and the tunnel reopens; ERROR → the server is deleted (volumes kept) and it exits with the reason;
 gone → the tunnel closes, saying who deleted it (gpu_rent/rental/vm_end.py): while it forwards, it keeps the
 idle-killer's last report.
+
+One file past 500 lines on purpose: the Session's tunnel, watchdog and record share one event loop and one
+state, and the background start below reads the record that Session writes.
 """
 
 from __future__ import annotations

@@ -46,8 +46,9 @@ BRIDGE = "10.231.7.1"  # ground/lib.sh EXT_GW: where the ground hosts reach this
 LLM_STANDIN = REPO / "molecule" / "llm_runtime" / "standin.py"
 
 
-def gpu_rent(project: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
+def gpu_rent(project: Path, *args: str, shell: dict | None = None) -> subprocess.CompletedProcess:
+    """gpu-rent ARGS in the project folder; shell: OS_* and the like exported in the user's shell besides."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))} | (shell or {})
     return subprocess.run(
         [str(BIN / "gpu-rent"), *args], cwd=project, env=env, capture_output=True, text=True, timeout=900
     )
@@ -336,11 +337,18 @@ def status_imports(project: Path) -> tuple[dict, set[str]]:
 
 def timeless(said: dict) -> dict:
     """status --json but what moves between two runs a second apart whichever way status reads the cloud: the
-    minutes alive (rounded differently) and the running tunnel's heartbeat (watchdog.py's _update: when it last
-    wrote its record, how many connections it has forwarded)."""
+    minutes alive (rounded differently), the running tunnel's heartbeat (watchdog.py's _update: when it last
+    wrote its record, how many connections it has forwarded) and how far the VM's clock is ahead of the laptop's
+    (killer_view.finish: measured at each read)."""
     steady = {k: v for k, v in said.items() if k != "minutes_alive"}
     if isinstance(said.get("tunnel"), dict):
         steady["tunnel"] = {k: v for k, v in said["tunnel"].items() if k not in ("forwarded", "updated_at")}
+    if isinstance(said.get("idle_killer"), dict) and isinstance(said["idle_killer"].get("status"), dict):
+        killer = said["idle_killer"]["status"]
+        steady["idle_killer"] = {
+            **said["idle_killer"],
+            "status": {k: v for k, v in killer.items() if k != "vm_clock_ahead"},
+        }
     return steady
 
 
@@ -806,26 +814,27 @@ def test_the_watchdog_brings_back_a_shelved_server_with_the_same_disks_and_reope
     assert status(project)["idle_killer"]["view"].startswith("armed, kept alive by: grace after boot")
 
 
-def test_a_server_in_error_ends_the_watchdog_with_the_reason_and_nothing_is_rented(life, admin_conn):
+def test_a_server_in_error_is_deleted_by_the_watchdog_with_the_volumes_kept_and_nothing_is_rented(life, admin_conn):
+    """Nothing on a failed server can delete it and a cloud may bill it (money review #14): the watchdog deletes
+    it as stop does, keeps the volumes, says why, and rents nothing; status names the end."""
     project, ours = life
     server = ours.servers()[0]
     pid = tunnel(project)["pid"]
-    before = ours.ids()
+    volumes = {v.name: v.id for v in ours.volumes().values()}
     admin_conn.compute.reset_server_state(server, "error")
-    try:
-        wait_until("the tunnel process to end", lambda: gone(pid), 60)
-        record = json.loads((project / ".gpu-rent" / "tunnel.json").read_text())
-        assert record["state"] == "closed" and record["exit_code"] == 1
-        assert "the server is in ERROR" in record["message"] and "not re-created" in record["message"]
-        assert ours.ids() == before and [s.id for s in ours.servers()] == [server.id]
-        assert state(project)["phase"] == "ready_cloud"
-    finally:
-        admin_conn.compute.reset_server_state(server, "active")
-        # the ground's agent takes an ERROR host down and boots it again once ACTIVE: leave the rental as
-        # the next test expects it, SwarmUI answering (it raced the boot: a reset through the tunnel)
-        address = state(project)["resources"]["floating_ip_address"]
-        session = "curl -sf -X POST -H 'Content-Type: application/json' -d '{}' http://127.0.0.1:7801/API/GetNewSession"
-        wait_until("SwarmUI after the host's restart", lambda: ssh(address, session).returncode == 0, 180)
+    wait_until("the tunnel process to end", lambda: gone(pid), 90)
+    record = json.loads((project / ".gpu-rent" / "tunnel.json").read_text())
+    assert record["state"] == "closed" and record["exit_code"] == 1
+    assert "the server is in ERROR" in record["message"] and "deleting it (the volumes stay)" in record["message"]
+    assert ours.servers() == [] and ours.floating_ips() == []  # nothing bills but the disks
+    assert {v.name: v.id for v in ours.volumes().values()} == volumes
+    seen = status(project)
+    assert seen["phase"] == "idle" and seen["last_end"]["by"] == "gpu-rent watchdog", seen["last_end"]
+    assert "ERROR" in seen["last_end"]["reason"]
+    # the rental as the next test expects it: running on the same disks, no tunnel
+    back = gpu_rent(project, "up", "--yes", "--no-tunnel")
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert {v.name: v.id for v in ours.volumes().values()} == volumes and len(ours.servers()) == 1
 
 
 def test_ctrl_c_closes_a_foreground_tunnel_and_the_vm_keeps_running(life):
@@ -1162,6 +1171,44 @@ def test_status_names_another_projects_server_and_a_volume_with_no_command_that_
     assert shown.returncode == 0, shown.stderr
     assert "volume delete" not in shown.stdout and f"server delete {theirs.id}" not in shown.stdout
     assert "ends with" in shown.stdout and "NAME=other-project" in shown.stdout
+
+
+def test_a_login_to_another_project_is_refused_and_the_states_ids_are_kept(life, admin_conn, tmp_path):
+    """A shell that exports another project's OS_PROJECT_ID changes nothing: the folder's .env is its whole login.
+    A .env that logs in to another project (a sourced openrc copied in) is refused in one line naming the .env,
+    before status could call the volumes gone and forget them (issue 38 item 6)."""
+    import yaml
+
+    project, _ = life
+    identity = admin_conn.identity
+    other = identity.create_project(name=f"gpu-rent-other-{uuid.uuid4().hex[:6]}", domain_id="default")
+    env_file = project / ".env"
+    saved = env_file.read_text()
+    try:
+        identity.assign_project_role_to_user(other, identity.find_user("gpu-rent-user"), identity.find_role("member"))
+        before = state(project)
+        assert before["resources"] and before["cloud"]["project_id"] != other.id
+        exported = gpu_rent(
+            project, "status", "--json", shell={"OS_PROJECT_ID": other.id, "OS_PROJECT_NAME": other.name}
+        )
+        assert exported.returncode == 0, exported.stderr
+        assert state(project)["resources"] == before["resources"]
+        clouds = yaml.safe_load(CLOUDS_YAML.read_text())
+        ground = clouds["clouds"]["ground"]
+        clouds["clouds"]["elsewhere"] = {**ground, "auth": {**ground["auth"], "project_name": other.name}}
+        elsewhere = tmp_path / "clouds.yaml"
+        elsewhere.write_text(yaml.safe_dump(clouds))
+        login = re.sub(r"^OS_CLIENT_CONFIG_FILE=.*$", f"OS_CLIENT_CONFIG_FILE={elsewhere}", saved, flags=re.M)
+        env_file.write_text(re.sub(r"^OS_CLOUD=.*$", "OS_CLOUD=elsewhere", login, flags=re.M))
+        refused = gpu_rent(project, "status")
+    finally:
+        env_file.write_text(saved)
+        identity.delete_project(other)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and ".env" in refused.stderr, refused.stderr
+    assert f"logs in to project {other.id}" in refused.stderr and "refused, nothing forgotten" in refused.stderr
+    assert state(project)["resources"] == before["resources"] and state(project)["cloud"] == before["cloud"]
+    assert gpu_rent(project, "status").returncode == 0  # its own login again: the folder as it was
 
 
 def test_a_corrupt_state_file_is_moved_aside_and_rebuilt_from_the_cloud(life):
