@@ -206,7 +206,7 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         return keep(f"download of {seen.downloads[0]}{more}", hung_since=None)
 
     trouble = _trouble(seen, limits, before)
-    queued, other = _queued(seen), _other_work(seen, limits, before)
+    queued, other = queued_work(seen), _other_work(seen, limits, before)
     hung_since, quiet = _hung_since(seen, limits, memory, queued, other)
     memory = replace(memory, hung_since=hung_since)
     work = ", ".join(w for w in (queued, other) if w) or None
@@ -323,7 +323,7 @@ def _silent_comfy(seen: Observation) -> str | None:
     return f"ComfyUI on port {ports} does not tell its queue"
 
 
-def _queued(seen: Observation) -> str | None:
+def queued_work(seen: Observation) -> str | None:
     """Work SwarmUI's counters or ComfyUI's own queues tell, in words; None: none."""
     counters = (seen.status or {}).get("status")
     counters = counters if isinstance(counters, dict) else {}

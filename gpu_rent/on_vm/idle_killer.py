@@ -12,6 +12,9 @@ paths), so it is standard library only. Commands:
           its DELETE will use (Nova, not Keystone, enforces an access rule), and record what that proved
   arm     write the config read from stdin (root only) when it differs, then check; --look UNIT: then
           start UNIT for the first look. The role arms in this one command: one SSH round trip, not five
+  busy    the generations a restart of SwarmUI would cut (its counters, each ComfyUI's queue), read as a
+          tick reads them (idle_decision.queued_work); --wait SECONDS: until none run. Exit 0 none, 3 some
+          (named on stdout); with no config, its defaults (the swarmui role asks before it restarts SwarmUI)
 
 What a tick looks at (idle_look): SwarmUI's GetGlobalStatus (every session's counters) and ListBackends (our
 self-start ComfyUI backends, one per GPU) in one session kept from tick to tick; the queue of every
@@ -60,6 +63,7 @@ from .idle_decision import (
     Observation,
     backends_line,
     decide,
+    queued_work,
 )
 from .idle_look import (
     HTTP_TIMEOUT,
@@ -603,8 +607,8 @@ def look_at_disk(cfg: Config, now: float) -> dict:
     return said
 
 
-def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observation, SwarmLook, list[dict]]:
-    """One look at everything that may keep the VM; also what SwarmUI and its ComfyUIs said."""
+def look_at_swarm(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLook, list[dict]]:
+    """What SwarmUI and its ComfyUIs say: the generations they hold, their backends."""
     swarm = swarm_look(cfg.swarmui_url, status.get("session_id"), cfg.comfy_start_script)
     ports = cfg.comfy_ports or live_comfy_ports(cfg.cgroup_root, cfg.swarmui_unit, cfg.proc_root)
     comfy = comfy_queues(ports)
@@ -618,6 +622,15 @@ def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observat
         backends_error=swarm.backends_error,
         comfy_queue=sum(c["queue"] or 0 for c in comfy),
         comfy_silent=tuple(c["port"] for c in comfy if c["queue"] is None),
+    )
+    return seen, swarm, comfy
+
+
+def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observation, SwarmLook, list[dict]]:
+    """One look at everything that may keep the VM; also what SwarmUI and its ComfyUIs said."""
+    seen, swarm, comfy = look_at_swarm(cfg, status, now)
+    seen = replace(
+        seen,
         downloads=tuple(disk["downloads"]),
         seeding_until=read_time(cfg.seeding_lock),
         hold_until=disk["hold_until"],
@@ -936,14 +949,43 @@ def arm(path: Path, text: str, look_unit: str | None) -> int:
     return 0
 
 
+# How often busy --wait looks again, and says what still runs.
+BUSY_LOOK_SECONDS = 10
+
+
+def busy(cfg: Config, wait: float = 0, say=print) -> int:
+    """The generations a restart of SwarmUI would cut, read as a tick reads them (idle_decision.queued_work),
+    waited for up to `wait` seconds: 0 when none run (or SwarmUI does not answer: nothing to cut), 3 when some
+    still do, named in the last line said. Never decides or deletes anything, and writes nothing."""
+    status = load_status(Path(cfg.status_file))  # the session the ticks keep, so no session is made per look
+    end = time.monotonic() + wait
+    while True:
+        work = queued_work(look_at_swarm(cfg, status, time.time())[0])
+        if work is None:
+            return 0
+        if time.monotonic() + BUSY_LOOK_SECONDS > end:
+            say(work)
+            return 3
+        say(f"waiting: {work}")
+        time.sleep(BUSY_LOOK_SECONDS)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-rent-idle-killer", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("tick", "check", "arm"))
+    parser.add_argument("command", choices=("tick", "check", "arm", "busy"))
     parser.add_argument("--config", default=paths.CONFIG_FILE)
     parser.add_argument("--look", metavar="UNIT", help="arm: start UNIT (the killer's service) after the check")
+    parser.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="busy: until no generation runs")
     args = parser.parse_args(argv)
     if args.command == "arm":
         return arm(Path(args.config), sys.stdin.read(), args.look)
+    if args.command == "busy":
+        unarmed = Config(server_id="", auth_url="", credential_id=None, credential_secret=None)
+        try:
+            cfg = Config.load(Path(args.config)) if Path(args.config).exists() else unarmed
+        except (OSError, ValueError, TypeError):
+            cfg = unarmed  # where SwarmUI listens is all busy needs, and it has a default
+        return busy(cfg, args.wait)
     try:
         cfg = Config.load(Path(args.config))
         cfg = take_handoff(Path(args.config), cfg, time.time())

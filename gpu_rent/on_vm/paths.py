@@ -14,6 +14,9 @@ RUN_DIR = "/run/gpu-rent"
 STATUS_FILE = f"{RUN_DIR}/idle-killer.json"
 # A unix time until which the killer stays silent: seeding, pulling or pushing runs.
 SEEDING_LOCK = f"{RUN_DIR}/seeding"
+# A restart of SwarmUI a run of its role has yet to make (roles/swarmui waits for the generations running to end
+# first): in /run, as a reboot restarts SwarmUI anyway.
+SWARMUI_RESTART_DUE = f"{RUN_DIR}/swarmui-restart-due"
 # The latest progress line of the running download or pull.
 PROGRESS_FILE = f"{RUN_DIR}/progress"
 # On the boot volume, which the next VM boots from: outlives the server.

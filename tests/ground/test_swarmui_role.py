@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.ground.test_bootstrap import converged, run_bootstrap, run_playbook
-from tests.groundkit import ssh, wait_until
+from tests.groundkit import ssh, ssh_argv, wait_until
 
 pytestmark = pytest.mark.ground
 
@@ -214,3 +215,39 @@ def test_a_swarmui_older_than_0_9_8_is_refused_before_it_is_built(rented, host, 
     assert sh(host, "cat /opt/swarmui/src/bin/last_build") == made.splitlines()[-1] + "\n"  # nothing built
     back = run_swarmui(rented, tmp_path, swarmui_version="master", **QUICK)
     assert back.returncode == 0, converged(back)
+
+
+def test_a_restart_waits_for_the_generation_running_and_one_that_outlasts_the_wait_stays_due(rented, host, tmp_path):
+    """A run with a setting to correct restarts SwarmUI, never in the middle of a generation (money review #18):
+    it waits for the generations running to end, as the idle-killer reads them (bootstrap installs its program
+    first; copied here, the killer unarmed). One that outlasts swarmui_restart_wait_seconds fails the run in one
+    line and leaves the restart due, and the next run restarts SwarmUI once the generation has ended."""
+    program = Path(__file__).resolve().parents[2] / "gpu_rent"
+    copied = subprocess.run(
+        f"tar -C {program} -c on_vm --exclude __pycache__ | ssh {' '.join(ssh_argv())} root@{host} "
+        "'mkdir -p /usr/local/lib/gpu-rent && tar -C /usr/local/lib/gpu-rent -x'",
+        shell=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert copied.returncode == 0, copied.stderr
+    api = "http://127.0.0.1:7801"
+    queue = (
+        f"sid=$(curl -sf -X POST -H 'Content-Type: application/json' -d '{{}}' {api}/API/GetNewSession"
+        " | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"session_id\"])') && "
+        f'curl -sf -X POST -H \'Content-Type: application/json\' -d "{{\\"session_id\\": \\"$sid\\", '
+        f'\\"seconds\\": 25, \\"count\\": 1}}" {api}/StandinTest/QueueGeneration >/dev/null && date +%s'
+    )
+    started = 'date -d "$(systemctl show -p ActiveEnterTimestamp --value swarmui)" +%s'
+    before = int(sh(host, started))
+    due = "/run/gpu-rent/swarmui-restart-due"
+    sh(host, f"sed -i 's/^LaunchMode: none$/LaunchMode: web/' {SWARMUI}/Data/Settings.fds")
+    queued_at = int(sh(host, queue).split()[-1])
+    refused = run_swarmui(rented, tmp_path, swarmui_restart_wait_seconds=2, **QUICK)
+    line = fatal(refused)
+    assert re.search(r"SwarmUI not restarted with the new settings: 1 (live|waiting) gens.* after 2 s", line), line
+    assert int(sh(host, started)) == before and sh(host, f"test -e {due} && echo due") == "due\n"
+    assert sh(host, f"grep '^LaunchMode' {SWARMUI}/Data/Settings.fds") == "LaunchMode: none\n"  # corrected, due
+    # nothing to correct now: the due restart alone makes the run restart SwarmUI, once the generation ended
+    run = run_swarmui(rented, tmp_path, **QUICK)
+    assert run.returncode == 0, converged(run)
+    assert int(sh(host, started)) >= queued_at + 25 - 1  # after the generation's 25 s, never in them
+    assert sh(host, f"test -e {due} || echo done") == "done\n"

@@ -113,6 +113,28 @@ def test_generations_queued_in_swarmui_by_another_session_keep_the_vm(tmp_path, 
     assert "gens" in status["reason"] and "gens" in said[0]
 
 
+def test_busy_names_the_generations_a_restart_would_cut_and_waits_for_their_end(tmp_path, swarm, monkeypatch):
+    """The swarmui role asks before it restarts SwarmUI (money review #18): the killer's own reading of work,
+    waited for; a look that sees none says nothing and returns 0, one that still sees some names them."""
+    cfg = config(tmp_path, swarm.port)
+    said: list[str] = []
+    assert idle_killer.busy(cfg, say=said.append) == 0 and said == []
+    swarm.post("/StandinTest/QueueGeneration", {"session_id": swarm.session, "seconds": 3, "count": 1})
+    assert idle_killer.busy(cfg, say=said.append) == 3 and "gens" in said[-1], said
+    monkeypatch.setattr(idle_killer, "BUSY_LOOK_SECONDS", 0.5)
+    said.clear()
+    assert idle_killer.busy(cfg, wait=30, say=said.append) == 0  # the generation ended within the wait
+    assert said and all(line.startswith("waiting: ") for line in said), said
+    assert not Path(cfg.status_file).exists()  # it decides nothing and records nothing
+
+
+def test_busy_without_a_swarmui_to_ask_has_nothing_to_wait_for(tmp_path, capsys):
+    cfg = config(tmp_path, free_port())  # nothing listens: a first install, SwarmUI down
+    path = tmp_path / "idle-killer.json"
+    assert idle_killer.main(["busy", "--config", str(path), "--wait", "5"]) == 0 and cfg.swarmui_url
+    assert capsys.readouterr().out == ""
+
+
 def test_a_download_being_written_keeps_the_vm_and_is_named(tmp_path, swarm):
     cfg = config(tmp_path, swarm.port)
     partial = tmp_path / "Models" / "Stable-Diffusion" / "flux.download.tmp"
