@@ -67,16 +67,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+# gpu-rent's own backends, as the swarmui role's readiness check knows them too (comfy_backend.py)
+from .comfy_backend import OUR_START_SCRIPT, is_ours
+
 KEEP = "keep"
 DELETE = "delete"
 HOUR = 3600.0
 FUTURE_SLACK = 5.0  # seconds a key's time may lie ahead of this clock (the tty keeps whole seconds)
 # GetGlobalStatus counters (swarmui-api research): work waiting or running in SwarmUI.
 BUSY_COUNTERS = ("waiting_gens", "live_gens", "waiting_backends", "loading_models")
-# gpu-rent's own backends: ComfyUI self-started from this script (roles/swarmui writes it so in
-# Data/Backends.fds, one backend per GPU).
-OUR_BACKEND_TYPE = "comfyui_selfstart"
-OUR_START_SCRIPT = "dlbackend/ComfyUI/main.py"
 LLM_NAMES = {"ollama": "Ollama", "llamacpp": "llama.cpp"}
 HUNG_WARNING_SECONDS = 600.0  # how long before work counts as hung the reason line says it will (or half the wait)
 # Ollama keeps a model "for ever" (a keep_alive below 0) as a keep-alive of math.MaxInt64 ns, ~292 years
@@ -533,11 +532,7 @@ def our_backends(listing: object, start_script: str = OUR_START_SCRIPT) -> tuple
     found = []
     entries = listing.values() if isinstance(listing, dict) else ()
     for entry in sorted((e for e in entries if isinstance(e, dict)), key=lambda e: str(e.get("id"))):
-        settings = entry.get("settings") if isinstance(entry.get("settings"), dict) else {}
-        # SwarmUI trims these characters off StartScript before it launches it (ComfyUISelfStartBackend.Init)
-        script = str(settings.get("StartScript") or "").strip(" \"'\n\r\t").replace("\\", "/")
-        ours = script == start_script or script.endswith("/" + start_script)
-        if entry.get("type") == OUR_BACKEND_TYPE and ours and entry.get("enabled", True) is not False:
+        if is_ours(entry, start_script) and entry.get("enabled", True) is not False:
             found.append(str(entry.get("status") or "unknown").lower())
     return tuple(found)
 
