@@ -143,6 +143,9 @@ class Observation:
     comfy_queue: int = 0  # prompts running or waiting in the ComfyUI processes' own queues
     # ports of ComfyUI processes that run but did not tell their queue: it may hold prompts
     comfy_silent: tuple[int, ...] = ()
+    # installs and conversions SwarmUI's service runs outside every counter and queue, in words
+    # ("installing: pip install -r requirements.txt"; idle_look.installs_of)
+    installs: tuple[str, ...] = ()
     downloads: tuple[str, ...] = ()  # *.download.tmp / *.tmp files under Models changed lately
     seeding_until: float | None = None  # the seeding lock's "valid until", when the lock exists
     hold_until: float | None = None  # /mnt/swarm_data/.gpu-rent-hold-until, when it exists
@@ -282,6 +285,11 @@ def paid_hour_end(moment: float, limits: Limits) -> float | None:
 def _trouble(seen: Observation, limits: Limits, llm_before: dict) -> str | None:
     """What keeps the killer from seeing the VM's work, in words; None when nothing does."""
     found = [_swarm_trouble(seen)]
+    if seen.installs:
+        # ComfyInstallFeatures' pip, ComfyUI-Manager's pip and git, Pickle2SafeTensor: no counter says they run,
+        # so the VM is kept while they do, but as trouble, capped: a pip stuck on a lock must not keep it for ever
+        more = f" and {len(seen.installs) - 1} more" if len(seen.installs) > 1 else ""
+        found.append(f"SwarmUI {_line(seen.installs[0])}{more}")
     if _gpu_unreadable(seen, limits):  # a driver and library of two versions: a job may still run
         found.append(f"GPU not read ({_line(seen.gpu_error or 'no reading')})")
     found.append(_llm_trouble(seen, limits, llm_before))
