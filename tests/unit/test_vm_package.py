@@ -86,3 +86,10 @@ def test_each_program_runs_as_its_role_runs_it_from_what_the_role_copies(role, m
     env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
     ran = subprocess.run([*argv, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
     assert ran.returncode == 0 and ran.stdout.startswith("usage: "), ran.stderr
+
+
+def test_the_swarmui_stamp_holds_each_module_it_copies():
+    """A warm run skips the copy on the stamp's word: a module gone from the VM must make it stale."""
+    stamped = role_vars("swarmui")["swarmui_stamp_files"]
+    for name in role_vars("swarmui")["swarmui_modules"]:
+        assert f"{{{{ swarmui_program_dir }}}}/on_vm/{name}" in stamped, name
