@@ -67,16 +67,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+# gpu-rent's own backends, as the swarmui role's readiness check knows them too (comfy_backend.py)
+from .comfy_backend import OUR_START_SCRIPT, is_ours
+
 KEEP = "keep"
 DELETE = "delete"
 HOUR = 3600.0
 FUTURE_SLACK = 5.0  # seconds a key's time may lie ahead of this clock (the tty keeps whole seconds)
 # GetGlobalStatus counters (swarmui-api research): work waiting or running in SwarmUI.
 BUSY_COUNTERS = ("waiting_gens", "live_gens", "waiting_backends", "loading_models")
-# gpu-rent's own backends: ComfyUI self-started from this script (roles/swarmui writes it so in
-# Data/Backends.fds, one backend per GPU).
-OUR_BACKEND_TYPE = "comfyui_selfstart"
-OUR_START_SCRIPT = "dlbackend/ComfyUI/main.py"
 LLM_NAMES = {"ollama": "Ollama", "llamacpp": "llama.cpp"}
 HUNG_WARNING_SECONDS = 600.0  # how long before work counts as hung the reason line says it will (or half the wait)
 # Ollama keeps a model "for ever" (a keep_alive below 0) as a keep-alive of math.MaxInt64 ns, ~292 years
@@ -144,6 +143,9 @@ class Observation:
     comfy_queue: int = 0  # prompts running or waiting in the ComfyUI processes' own queues
     # ports of ComfyUI processes that run but did not tell their queue: it may hold prompts
     comfy_silent: tuple[int, ...] = ()
+    # installs and conversions SwarmUI's service runs outside every counter and queue, in words
+    # ("installing: pip install -r requirements.txt"; idle_look.installs_of)
+    installs: tuple[str, ...] = ()
     downloads: tuple[str, ...] = ()  # *.download.tmp / *.tmp files under Models changed lately
     seeding_until: float | None = None  # the seeding lock's "valid until", when the lock exists
     hold_until: float | None = None  # /mnt/swarm_data/.gpu-rent-hold-until, when it exists
@@ -283,6 +285,11 @@ def paid_hour_end(moment: float, limits: Limits) -> float | None:
 def _trouble(seen: Observation, limits: Limits, llm_before: dict) -> str | None:
     """What keeps the killer from seeing the VM's work, in words; None when nothing does."""
     found = [_swarm_trouble(seen)]
+    if seen.installs:
+        # ComfyInstallFeatures' pip, ComfyUI-Manager's pip and git, Pickle2SafeTensor: no counter says they run,
+        # so the VM is kept while they do, but as trouble, capped: a pip stuck on a lock must not keep it for ever
+        more = f" and {len(seen.installs) - 1} more" if len(seen.installs) > 1 else ""
+        found.append(f"SwarmUI {_line(seen.installs[0])}{more}")
     if _gpu_unreadable(seen, limits):  # a driver and library of two versions: a job may still run
         found.append(f"GPU not read ({_line(seen.gpu_error or 'no reading')})")
     found.append(_llm_trouble(seen, limits, llm_before))
@@ -533,11 +540,7 @@ def our_backends(listing: object, start_script: str = OUR_START_SCRIPT) -> tuple
     found = []
     entries = listing.values() if isinstance(listing, dict) else ()
     for entry in sorted((e for e in entries if isinstance(e, dict)), key=lambda e: str(e.get("id"))):
-        settings = entry.get("settings") if isinstance(entry.get("settings"), dict) else {}
-        # SwarmUI trims these characters off StartScript before it launches it (ComfyUISelfStartBackend.Init)
-        script = str(settings.get("StartScript") or "").strip(" \"'\n\r\t").replace("\\", "/")
-        ours = script == start_script or script.endswith("/" + start_script)
-        if entry.get("type") == OUR_BACKEND_TYPE and ours and entry.get("enabled", True) is not False:
+        if is_ours(entry, start_script) and entry.get("enabled", True) is not False:
             found.append(str(entry.get("status") or "unknown").lower())
     return tuple(found)
 

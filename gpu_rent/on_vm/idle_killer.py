@@ -68,18 +68,20 @@ from .idle_decision import (
 from .idle_look import (
     HTTP_TIMEOUT,
     SwarmLook,
+    comfy_ports_of,
     comfy_queues,
     data_volume_problem,
     fresh_downloads,
     in_a_child,
+    installs_of,
     last_terminal_input,
-    live_comfy_ports,
     llm_look,
     read_gpus,
     read_hold,
     read_time,
     run_keep_alive,
     swarm_look,
+    unit_commands,
     why,
 )
 
@@ -610,7 +612,9 @@ def look_at_disk(cfg: Config, now: float) -> dict:
 def look_at_swarm(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLook, list[dict]]:
     """What SwarmUI and its ComfyUIs say: the generations they hold, their backends."""
     swarm = swarm_look(cfg.swarmui_url, status.get("session_id"), cfg.comfy_start_script)
-    ports = cfg.comfy_ports or live_comfy_ports(cfg.cgroup_root, cfg.swarmui_unit, cfg.proc_root)
+    # one read of the service's processes: its ComfyUIs' ports, and the installs it runs beside them
+    commands = unit_commands(cfg.cgroup_root, cfg.swarmui_unit, cfg.proc_root)
+    ports = cfg.comfy_ports or comfy_ports_of(commands)
     comfy = comfy_queues(ports)
     seen = Observation(
         now=now,
@@ -622,6 +626,7 @@ def look_at_swarm(cfg: Config, status: dict, now: float) -> tuple[Observation, S
         backends_error=swarm.backends_error,
         comfy_queue=sum(c["queue"] or 0 for c in comfy),
         comfy_silent=tuple(c["port"] for c in comfy if c["queue"] is None),
+        installs=installs_of(commands),
     )
     return seen, swarm, comfy
 

@@ -1,13 +1,13 @@
 """What the idle-killer looks at on the VM, one function per thing that may keep it.
 
 SwarmUI's GetGlobalStatus and ListBackends (one session kept from tick to tick), every ComfyUI's
-own queue at the port its command line names, partial downloads, the lock and hold files, the data
-volume, each GPU's utilisation, the newest key typed in a terminal, the LLM runtime's own activity
-(Ollama's loaded models, llama.cpp's slots), and the user's KEEP_ALIVE_COMMAND. Each returns what it
-saw or why it saw nothing; idle_decision decides. Standard library only, installed with idle_killer
-in the on_vm package on the VM.
+own queue at the port its command line names, the installs SwarmUI's service runs, partial downloads,
+the lock and hold files, the data volume, each GPU's utilisation, the newest key typed in a terminal,
+the LLM runtime's own activity (Ollama's loaded models, llama.cpp's slots), and the user's
+KEEP_ALIVE_COMMAND. Each returns what it saw or why it saw nothing; idle_decision decides. Standard
+library only, installed with idle_killer in the on_vm package on the VM.
 
-One file of ~510 lines on purpose: it is the one list of everything that can keep a VM alive, a short
+One file of ~700 lines on purpose: it is the one list of everything that can keep a VM alive, a short
 function each, read as a whole when a VM was (or was not) deleted.
 """
 
@@ -175,19 +175,117 @@ def comfy_port(argv: list[str]) -> int | None:
         return None
 
 
-def live_comfy_ports(cgroup_root: str, unit: str, proc: str = "/proc") -> tuple[int, ...]:
-    """The ports of the ComfyUI processes SwarmUI runs now. They move: the first gets 7821, each
-    (re)launch the next (NetworkBackendUtils.GetNextPort), +0..1999 with BackendPortRandomize."""
-    ports = set()
+def unit_commands(cgroup_root: str, unit: str, proc: str = "/proc") -> list[list[str]]:
+    """The command line of each process of a systemd service (unit_pids), read once a tick for both
+    looks that need them: ComfyUI's ports and the installs."""
+    commands = []
     for pid in unit_pids(cgroup_root, unit, proc):
         try:
             argv = Path(proc, str(pid), "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue  # ended meanwhile
-        port = comfy_port(argv)
-        if port is not None:
-            ports.add(port)
-    return tuple(sorted(ports))
+        commands.append(argv[:-1] if argv[-1] == "" else argv)  # /proc ends each argument with a NUL
+    return commands
+
+
+def comfy_ports_of(commands: list[list[str]]) -> tuple[int, ...]:
+    """The ports of the ComfyUI processes SwarmUI runs now. They move: the first gets 7821, each
+    (re)launch the next (NetworkBackendUtils.GetNextPort), +0..1999 with BackendPortRandomize."""
+    return tuple(sorted({port for argv in commands if (port := comfy_port(argv)) is not None}))
+
+
+def live_comfy_ports(cgroup_root: str, unit: str, proc: str = "/proc") -> tuple[int, ...]:
+    return comfy_ports_of(unit_commands(cgroup_root, unit, proc))
+
+
+# Work SwarmUI's service does in processes of its own that no counter and no queue tells (upstream-llm-audit
+# U6), each seen by its command line:
+# - pip: ComfyUIWebAPI.ComfyInstallFeatures -> ComfyUISelfStartBackend.EnsureNodeRepo runs `<venv python> -s -m
+#   pip install -r requirements.txt` (DoPythonCall) while the backend runs; DoLibFixes and ComfyUpdateTorch run
+#   `-s -m pip install|uninstall ...` the same way. ComfyUI-Manager (its --enable-manager) runs
+#   `sys.executable -m pip install` under the ComfyUI process, or `-m uv pip install` with its use_uv;
+# - git: EnsureNodeRepo's `git clone <url>` (Utilities.RunGitProcess), the auto-update's `git pull`, the update
+#   check's `git fetch` (Program.cs CheckForUpdates, AdminAPI.GetUpdatesDataFor), ComfyUI-Manager's clones and
+#   pulls (GitPython runs git);
+# - UtilAPI.Pickle2SafeTensor: `<venv python> launchtools/pickle-to-safetensors.py <folder> <fp16>`
+#   (PythonLaunchHelper.LaunchGeneric), which writes each .safetensors beside its pickle under Models, no *.tmp.
+_PYTHON = re.compile(r"python[0-9.]*")
+_PIP = re.compile(r"pip[0-9.]*")
+_PIP_VERBS = {"install", "uninstall", "download", "wheel"}  # `pip list`, `pip show`, `--version` only read
+_UV_VERBS = {"sync", "add", "remove"}  # and `uv pip <a pip verb>`
+_GIT_VERBS = {"clone", "fetch", "pull"}
+_GIT_OPTIONS_WITH_VALUE = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"}
+_CONVERTER = "pickle-to-safetensors.py"
+_INSTALL_WORDS = 100  # a requirement list may be long: the reason line keeps its start
+
+
+def install_work(argv: list[str]) -> str | None:
+    """What an install or conversion process does, in words ("installing: pip install -r requirements.txt");
+    None for any other process."""
+    if not argv:
+        return None
+    program, rest = os.path.basename(argv[0]), argv[1:]
+    if _PYTHON.fullmatch(program):  # `python -s -m pip ...`, or a script: `python /venv/bin/pip ...`
+        program, rest = _python_target(rest)
+    verb = _verb(rest)
+    if _PIP.fullmatch(program) and verb in _PIP_VERBS:
+        return _words("installing", "pip", rest)
+    if program == "uv" and (
+        verb in _UV_VERBS or (verb == "pip" and _verb(rest[rest.index("pip") + 1 :]) in _PIP_VERBS)
+    ):
+        return _words("installing", "uv", rest)
+    if program == "git" and _git_verb(rest) in _GIT_VERBS:
+        return _words("installing", "git", rest)
+    if program == _CONVERTER:
+        return _words("converting", program, rest)
+    return None
+
+
+def _python_target(args: list[str]) -> tuple[str, list[str]]:
+    """(the module or script a python runs, its arguments); ("", []) for `-c` or an interactive python."""
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg == "-m" and i + 1 < len(args):
+            return args[i + 1], args[i + 2 :]
+        elif arg.startswith("-m") and len(arg) > 2:
+            return arg[2:], args[i + 1 :]
+        elif arg.startswith("-c"):
+            return "", []
+        elif arg in ("-X", "-W", "-Q"):
+            skip = True  # an option that takes the next word
+        elif not arg.startswith("-") or arg == "-":
+            return os.path.basename(arg), args[i + 1 :]
+    return "", []
+
+
+def _verb(args: list[str]) -> str | None:
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def _git_verb(args: list[str]) -> str | None:
+    """git's subcommand, after its global options (`git -C <dir> pull`, `git -c k=v clone`)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _GIT_OPTIONS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _words(doing: str, program: str, args: list[str]) -> str:
+    said = " ".join([program, *args])
+    return f"{doing}: {said if len(said) <= _INSTALL_WORDS else said[: _INSTALL_WORDS - 3] + '...'}"
+
+
+def installs_of(commands: list[list[str]]) -> tuple[str, ...]:
+    """Each install or conversion among the service's processes, in words, once each (pip's own children,
+    git's helpers are no second one: their command lines are other verbs)."""
+    return tuple(dict.fromkeys(w for argv in commands if (w := install_work(argv)) is not None))
 
 
 def comfy_queues(ports: tuple[int, ...]) -> list[dict]:

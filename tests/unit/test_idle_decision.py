@@ -141,6 +141,19 @@ def test_a_download_being_written_keeps_the_vm_and_is_named():
         ({"status": {"backend_status": {"status": "loading"}}}, "backend loading, not running"),
         ({"status": {"backend_status": {"status": "idle"}}}, "backend idle, not running"),  # idle: none started
         ({"status": {"backend_status": {"status": "errored"}}}, "backend errored, not running"),
+        # work SwarmUI's service runs outside every counter and queue (idle_look.installs_of)
+        (
+            {"installs": ("installing: pip install -r requirements.txt",)},
+            "SwarmUI installing: pip install -r requirements.txt",
+        ),
+        (
+            {"installs": ("installing: git clone https://x/y", "installing: pip install z")},
+            "SwarmUI installing: git clone https://x/y and 1 more",
+        ),
+        (
+            {"installs": ("converting: pickle-to-safetensors.py Models/Lora true",)},
+            "SwarmUI converting: pickle-to-safetensors.py Models/Lora true",
+        ),
     ],
 )
 def test_trouble_counts_as_busy_up_to_the_cap_then_the_clock_runs(kw, named):
@@ -428,6 +441,25 @@ def test_a_keep_alive_command_that_cannot_say_is_trouble_named_and_capped_never_
     said = "KEEP_ALIVE_COMMAND exit 127: sh: 1: pgrep-typo: not found"
     assert first.action == KEEP and first.reason == f"{said}: counted as busy for 60 min more"
     assert at_cap.fires_at == LATE + 90 * MIN and end.action == DELETE and said in end.reason
+
+
+def test_an_install_beside_an_idle_swarmui_is_never_idle_and_the_idle_clock_starts_when_it_ends():
+    pip = {"installs": ("installing: pip install sageattention",)}
+    ticks = [seen(LATE, **pip), seen(LATE + 5 * MIN, **pip), seen(LATE + 6 * MIN), seen(LATE + 36 * MIN)]
+    first, still, ended, end = run(ticks)
+    assert (
+        first.action == KEEP
+        and first.reason == "SwarmUI installing: pip install sageattention: counted as busy for 60 min more"
+    )
+    assert still.reason.endswith("counted as busy for 55 min more") and still.fires_at is None
+    assert ended.reason == "queue empty, idle for 0 min" and ended.memory.troubled_since is None
+    assert end.action == DELETE
+
+
+def test_an_install_during_a_generation_is_named_beside_the_work_and_its_cap_waits():
+    decision = decide(seen(status=running(live_gens=1), installs=("installing: git pull",)), LIMITS, Memory())
+    assert decision.action == KEEP and decision.reason == "1 live gens; SwarmUI installing: git pull"
+    assert decision.memory.troubled_since is None
 
 
 def test_swarmui_trouble_and_a_broken_keep_alive_command_are_both_named():

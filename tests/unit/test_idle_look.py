@@ -1,5 +1,6 @@
 """What the idle-killer reads besides SwarmUI (issue 14): each GPU's utilisation from nvidia-smi, the
-newest key typed in a terminal, and the user's KEEP_ALIVE_COMMAND - on real processes and a real
+newest key typed in a terminal, the user's KEEP_ALIVE_COMMAND, and the installs SwarmUI's service runs
+(pip, git, its pickle converter) - on real processes and a real
 pseudo-terminal of this machine, and through a whole tick.
 
 No machine here has a GPU: nvidia-smi is a test-only script printing what the real one prints for the
@@ -18,6 +19,7 @@ import json
 import os
 import pwd
 import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -29,7 +31,7 @@ import pytest
 from gpu_rent.on_vm import idle_killer, idle_look
 from gpu_rent.on_vm.idle_decision import LlmLook
 from gpu_rent.on_vm.idle_look import go_time, last_terminal_input, llm_look, parse_gpus, read_gpus, run_keep_alive
-from tests.unit.test_idle_killer_program import config, tick
+from tests.unit.test_idle_killer_program import cgroup_root, config, tick
 from tests.unit.test_idle_killer_program import swarm as swarm  # a fixture
 from tests.unit.test_swarmui_standin import free_port
 
@@ -513,3 +515,80 @@ def test_the_config_reads_the_llm_runtime_as_the_role_writes_it(tmp_path):
     path.write_text(json.dumps(base | {"llm_runtime": "vllm"}))
     with pytest.raises(ValueError, match="llm_runtime 'vllm' is none of none, ollama, llamacpp"):
         idle_killer.Config.load(path)
+
+
+# ------------------------------------------------- upstream-llm-audit U6: installs SwarmUI's service runs
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [  # SwarmUI's DoPythonCall (ComfyInstallFeatures -> EnsureNodeRepo, DoLibFixes, ComfyUpdateTorch)
+        (["/opt/swarmui/dlbackend/ComfyUI/venv/bin/python", "-s", "-m", "pip", "install", "-r", "/x/requirements.txt"],
+         "installing: pip install -r /x/requirements.txt"),
+        (["python3", "-s", "-m", "pip", "uninstall", "-y", "torch"], "installing: pip uninstall -y torch"),
+        # ComfyUI-Manager: sys.executable -m pip, or -m uv pip with its use_uv
+        (["/venv/bin/python3.11", "-m", "uv", "pip", "install", "x"], "installing: uv pip install x"),
+        (["/venv/bin/python3", "-mpip", "install", "x"], "installing: pip install x"),
+        # a pip script run by its shebang: the kernel's argv is the interpreter, then the script
+        (["/venv/bin/python3", "/venv/bin/pip3", "install", "--no-cache-dir", "x"],
+         "installing: pip install --no-cache-dir x"),
+        (["/venv/bin/pip", "download", "x"], "installing: pip download x"),
+        (["uv", "sync"], "installing: uv sync"),
+        # Utilities.RunGitProcess: `git clone <url>`, the auto-update's pull, CheckForUpdates' fetch
+        (["git", "clone", "https://github.com/a/b"], "installing: git clone https://github.com/a/b"),
+        (["/usr/bin/git", "-C", "/opt/swarmui/dlbackend/ComfyUI", "pull", "--autostash"],
+         "installing: git -C /opt/swarmui/dlbackend/ComfyUI pull --autostash"),
+        (["git", "-c", "k=v", "fetch"], "installing: git -c k=v fetch"),
+        # UtilAPI.Pickle2SafeTensor through PythonLaunchHelper.LaunchGeneric
+        (["./dlbackend/ComfyUI/venv/bin/python", "launchtools/pickle-to-safetensors.py", "Models/Lora", "true"],
+         "converting: pickle-to-safetensors.py Models/Lora true"),
+        # no install: ComfyUI itself, SwarmUI, reads, git's helpers, a python -c
+        (["/venv/bin/python3", "-s", "main.py", "--port", "7821"], None),
+        (["/root/.dotnet/dotnet", "src/bin/live_release/SwarmUI.dll"], None),
+        (["python3", "-m", "pip", "list"], None),
+        (["python3", "-m", "pip", "--version"], None),
+        (["git", "rev-parse", "HEAD"], None),
+        (["git", "-C", "pull", "status"], None),  # -C takes a value: "pull" is the folder here
+        (["/usr/lib/git-core/git-remote-https", "origin", "https://github.com/a/b"], None),
+        (["git", "index-pack", "--stdin"], None),
+        (["python3", "-c", "import pip; pip.main(['install', 'x'])"], None),
+        (["uv", "pip", "list"], None),
+        ([], None),
+    ],
+)  # fmt: skip
+def test_an_install_or_a_conversion_is_told_by_its_command_line(argv, said):
+    assert idle_look.install_work(argv) == said
+
+
+def test_installs_are_read_from_the_services_processes_once_each(tmp_path):
+    proc = tmp_path / "proc"
+    for pid, unit, argv in [
+        (11, "swarmui.service", ["/venv/bin/python3", "-s", "-m", "pip", "install", "x"]),
+        (12, "swarmui.service", ["/venv/bin/python3", "-s", "-m", "pip", "install", "x"]),  # pip's own child
+        (13, "swarmui.service", ["/venv/bin/python3", "-s", "main.py", "--port", "7821"]),
+        (14, "user@0.service", ["git", "clone", "https://github.com/a/b"]),  # the user's own, in a shell
+    ]:
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(f"0::/system.slice/{unit}\n")
+        (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    commands = idle_look.unit_commands(str(tmp_path / "no-cgroup"), "swarmui.service", str(proc))
+    assert idle_look.installs_of(commands) == ("installing: pip install x",)
+    assert idle_look.comfy_ports_of(commands) == (7821,)
+
+
+def test_a_tick_names_a_pip_install_under_swarmuis_service_as_capped_trouble(tmp_path, swarm):
+    """A real process, as pip runs: its script started through its shebang (argv: the interpreter, the script)."""
+    pip = tmp_path / "venv" / "bin" / "pip"
+    pip.parent.mkdir(parents=True)
+    pip.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    pip.chmod(0o755)
+    installing = subprocess.Popen([str(pip), "install", "sageattention"])
+    try:
+        cfg = config(tmp_path, swarm.port)
+        cgroup_root(tmp_path, (installing.pid,))
+        status, _ = tick(cfg)
+        assert status["action"] == "keep" and status["fires_at"] is None, status
+        assert status["reason"] == "SwarmUI installing: pip install sageattention: counted as busy for 20 min more"
+    finally:
+        installing.kill()
+        installing.wait()
+    cgroup_root(tmp_path, ())
+    assert tick(cfg)[0]["reason"].startswith("queue empty")

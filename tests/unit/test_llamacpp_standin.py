@@ -98,6 +98,24 @@ def test_version_and_an_unknown_flag_as_common_arg_cpp():
     assert out.returncode == 0  # "--" spellings take '_' for '-'
 
 
+@pytest.mark.parametrize(
+    ("devices", "said"),
+    [
+        (None, "Available devices:\n  Vulkan0: NVIDIA L4 (23034 MiB, 22000 MiB free)\n"),  # the default: a GPU
+        ("", "Available devices:\n"),  # none: a Vulkan build on an image without NVIDIA's Vulkan ICD
+        ("Vulkan0:NVIDIA L4:23034:22000;Vulkan1:NVIDIA A100-SXM4-80GB:81920:81000",
+         "Available devices:\n  Vulkan0: NVIDIA L4 (23034 MiB, 22000 MiB free)\n"
+         "  Vulkan1: NVIDIA A100-SXM4-80GB (81920 MiB, 81000 MiB free)\n"),
+    ],
+)  # fmt: skip
+def test_list_devices_prints_each_device_but_the_cpu_and_exits_0_as_common_arg_cpp(devices, said):
+    """arg.cpp --list-devices: "Available devices:", then `  NAME: DESCRIPTION (TOTAL MiB, FREE MiB free)` on stdout
+    for each non-CPU device, exit 0, before any model is looked for; none listed is the header alone."""
+    env = ENV if devices is None else ENV | {"STANDIN_LLAMA_DEVICES": devices}
+    out = subprocess.run([str(SERVER), "--list-devices"], env=env, capture_output=True, text=True)
+    assert (out.returncode, out.stdout, out.stderr) == (0, said, "")
+
+
 def test_loading_then_ready_models_props_and_slots(start):
     """server-http.cpp middleware_server_state: 503 'Loading model' first; then the handlers of server-context.cpp."""
     llama = start("-a", "tiny-alias", "-ngl", "all", "-c", "1024", "-np", "2", "--no-webui")

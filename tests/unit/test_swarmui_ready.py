@@ -1,4 +1,4 @@
-"""The swarmui role's readiness check (roles/swarmui/files/swarmui_ready.py) against a SwarmUI on loopback
+"""The swarmui role's readiness check (gpu_rent/on_vm/swarmui_ready.py) against a SwarmUI on loopback
 that answers as upstream's src/WebAPI/API.cs does: errors as HTTP 401/400 with a JSON body."""
 
 from __future__ import annotations
@@ -6,15 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import socket
-from pathlib import Path
 
 import pytest
 
-from tests.module_file import load
+from gpu_rent.on_vm import swarmui_ready as ready
+from gpu_rent.on_vm.idle_decision import our_backends
 from tests.upstream_api import UpstreamAPI
-
-REPO = Path(__file__).resolve().parents[2]
-ready = load("swarmui_ready", REPO / "roles" / "swarmui" / "files" / "swarmui_ready.py")
 
 MAIN = "dlbackend/ComfyUI/main.py"
 
@@ -103,6 +100,30 @@ def test_no_backend_of_ours_fails_after_the_grace_listing_the_others(swarm):
         "has no self-starting ComfyUI backend on dlbackend/ComfyUI/main.py (its backends: 2 comfyui_api running)"
         in line
     )
+
+
+@pytest.mark.parametrize(
+    ("script", "mine"),
+    [
+        ("dlbackend/ComfyUI/main.py", True),  # as the role writes it, relative to SwarmUI's folder
+        (' "dlbackend/ComfyUI/main.py"\t', True),  # ComfyUISelfStartBackend.Init trims ' ', '"', '\'', \n, \r, \t
+        ("'dlbackend/ComfyUI/main.py'\r\n", True),
+        ("/opt/swarmui/dlbackend/ComfyUI/main.py", True),  # absolute, as a user may write it: upstream runs it
+        ('"/opt/swarmui/dlbackend/ComfyUI/main.py"', True),
+        ("dlbackend\\ComfyUI\\main.py", True),  # a Backends.fds carried over from Windows
+        ("C:\\SwarmUI\\dlbackend\\ComfyUI\\main.py", True),
+        ("other/ComfyUI/main.py", False),
+        ("/opt/swarmui/mydlbackend/ComfyUI/main.py", False),  # a path part only ends with ours
+        ("dlbackend/ComfyUI/main.py.bak", False),
+        ("", False),
+    ],
+)
+def test_readiness_and_the_idle_killer_count_the_same_backends_as_ours(script, mine):
+    """One rule (comfy_backend.is_ours) for both: a backend readiness missed was added again on its GPU
+    (config.yml), one the killer missed read as "none of ours running"."""
+    listing = {"0": backend(0, "running", script=script), "1": backend(1, "running", "comfyui_api", script=script)}
+    assert [b["id"] for b in ready.ours(listing, MAIN)] == ([0] if mine else [])
+    assert our_backends(listing, MAIN) == (("running",) if mine else ())
 
 
 def test_all_of_ours_disabled_fails(swarm):

@@ -22,6 +22,7 @@ ROLES = {
     "idle_killer": ("idle_killer_modules", ["idle_killer_program"]),
     "seed": ("seed_modules", ["seed_fetch"]),
     "llm_runtime": ("llm_runtime_modules", ["llm_runtime_pull", "llm_runtime_fetch"]),
+    "swarmui": ("swarmui_modules", ["swarmui_ready_program"]),
 }
 
 
@@ -65,13 +66,19 @@ def test_both_roles_that_install_scripts_remove_the_same_flat_ones():
 
 @pytest.mark.parametrize(
     ("role", "module"),
-    [("idle_killer", "idle_killer"), ("seed", "fetch"), ("llm_runtime", "llm_pull"), ("llm_runtime", "fetch")],
+    [
+        ("idle_killer", "idle_killer"),
+        ("seed", "fetch"),
+        ("llm_runtime", "llm_pull"),
+        ("llm_runtime", "fetch"),
+        ("swarmui", "swarmui_ready"),
+    ],
 )
 def test_each_program_runs_as_its_role_runs_it_from_what_the_role_copies(role, module, tmp_path):
     """The role's own command line, started where a login lands (its home), with a json.py there: python3 -m puts
     the current folder first on sys.path, so the command must leave it (env -C /) or that file would be json."""
     (tmp_path / "json.py").write_text("raise SystemExit('the json.py of the current folder was imported')\n")
-    names = {"idle_killer": "idle_killer_program", "seed": "seed_fetch"}
+    names = {"idle_killer": "idle_killer_program", "seed": "seed_fetch", "swarmui": "swarmui_ready_program"}
     command = names.get(role) or f"llm_runtime_{module.split('_')[-1]}"
     here = str(ROOT / "roles" / role / "files")  # the package as the role copies it
     argv = [part.replace(f"{{{{ {role}_program_dir }}}}", here) for part in role_vars(role)[command]]
@@ -79,3 +86,10 @@ def test_each_program_runs_as_its_role_runs_it_from_what_the_role_copies(role, m
     env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
     ran = subprocess.run([*argv, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
     assert ran.returncode == 0 and ran.stdout.startswith("usage: "), ran.stderr
+
+
+def test_the_swarmui_stamp_holds_each_module_it_copies():
+    """A warm run skips the copy on the stamp's word: a module gone from the VM must make it stale."""
+    stamped = role_vars("swarmui")["swarmui_stamp_files"]
+    for name in role_vars("swarmui")["swarmui_modules"]:
+        assert f"{{{{ swarmui_program_dir }}}}/on_vm/{name}" in stamped, name

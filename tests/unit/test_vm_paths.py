@@ -47,7 +47,7 @@ COPIES = {
         paths.DATA_MOUNT,
     ("roles/data_volume/vars/main.yml", "data_volume_grow_program"): f"{paths.PROGRAM_DIR}/grow-data-volume",
     ("roles/swarmui/defaults/main.yml", "swarmui_data_volume_mount"): paths.DATA_MOUNT,
-    ("roles/swarmui/vars/main.yml", "swarmui_ready_script"): f"{paths.PROGRAM_DIR}/swarmui_ready.py",
+    ("roles/swarmui/vars/main.yml", "swarmui_program_dir"): paths.PROGRAM_DIR,
     ("roles/swarmui/vars/main.yml", "swarmui_restart_due_file"): paths.SWARMUI_RESTART_DUE,
     ("playbooks/hold.yml", "1.vars.hold_file"): paths.HOLD_FILE,
 }  # fmt: skip

@@ -1,16 +1,17 @@
-#!/usr/bin/env python3
 """gpu-rent swarmui_ready: wait until SwarmUI's self-started ComfyUI backends of gpu-rent's all run.
 
-Installed on the VM by the swarmui role and run there after every (re)start of SwarmUI (the role's
-and the seed role's). Prints one line and exits 0 when ready, 1 when not, naming why:
+Installed on the VM by the swarmui role, in the on_vm package with the rule of which backends are ours
+(comfy_backend, the idle-killer's too), and run there as `python3 -m on_vm.swarmui_ready` after every
+(re)start of SwarmUI (the role's and the seed role's). Prints one line and exits 0 when ready, 1 when not, naming why:
 
 - SwarmUI's API answers errors as HTTP 401/400 with a JSON body (src/WebAPI/API.cs): the body is read,
   an `invalid_session_id` takes a new session, any other `error_id` is named at once.
 - A SwarmUI older than --min-version (GetNewSession's `version`) is refused: the oldest gpu-rent
   supports (GetGlobalStatus for the idle-killer, extensions built at start for seeding).
 - Readiness is judged from ListBackends, on gpu-rent's own backends (type comfyui_selfstart with
-  StartScript --start-script), never from the aggregate backend_status: that says `errored` as soon
-  as ANY backend errored (BackendHandler.CurrentBackendStatus), a user's offline extra one included.
+  StartScript --start-script, trimmed as upstream trims it, or an absolute path to it: comfy_backend.py),
+  never from the aggregate backend_status: that says `errored` as soon as ANY backend errored
+  (BackendHandler.CurrentBackendStatus), a user's offline extra one included.
 - After --grace seconds, an errored backend of ours, or none of ours enabled, fails at once: upstream
   gives up on a failed first launch, so waiting out --timeout would only delay the same answer.
 - While the API does not answer, --unit's state is read: a unit that is not running and not about
@@ -34,6 +35,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from .comfy_backend import OUR_START_SCRIPT, is_ours
 
 REQUEST_TIMEOUT = 30
 
@@ -82,14 +85,9 @@ def api_error(route: str, reply: dict) -> str | None:
 
 
 def ours(backends: dict, start_script: str) -> list[dict]:
-    """gpu-rent's backends in a ListBackends reply: self-started ComfyUI on dlbackend's main.py."""
-    found = []
-    for backend in backends.values():
-        if not isinstance(backend, dict) or backend.get("type") != "comfyui_selfstart":
-            continue
-        settings = backend.get("settings") or {}
-        if str(settings.get("StartScript", "")).strip() == start_script:
-            found.append(backend)
+    """gpu-rent's backends in a ListBackends reply: self-started ComfyUI on dlbackend's main.py, by the rule the
+    idle-killer counts them by (comfy_backend.is_ours)."""
+    found = [backend for backend in backends.values() if is_ours(backend, start_script)]
     return sorted(found, key=lambda b: int(b.get("id", 0)))
 
 
@@ -210,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, default=60, help="seconds before an errored/absent backend fails")
     parser.add_argument("--delay", type=float, default=3, help="seconds between two looks")
     parser.add_argument("--min-version", default="0.9.8", help="oldest SwarmUI accepted")
-    parser.add_argument("--start-script", default="dlbackend/ComfyUI/main.py", help="StartScript of ours")
+    parser.add_argument("--start-script", default=OUR_START_SCRIPT, help="StartScript of ours")
     parser.add_argument("--unit", default="", help="SwarmUI's systemd unit, read while its API does not answer")
     parser.add_argument("--loopback-only", action="store_true", help="when ready, refuse a port not 127.0.0.1's alone")
     args = parser.parse_args(argv)

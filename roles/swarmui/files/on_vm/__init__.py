@@ -1,0 +1,1 @@
+../../../../gpu_rent/on_vm/__init__.py

@@ -1,0 +1,1 @@
+../../../../gpu_rent/on_vm/comfy_backend.py
