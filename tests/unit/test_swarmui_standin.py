@@ -3,7 +3,8 @@
 It runs here on loopback as the target hosts run it: launch-linux.sh from a git checkout of what
 publish-standin.sh publishes, the stand-in dotnet in $HOME/.dotnet, Data/Settings.fds and
 Data/Backends.fds. ComfyUI is the stand-in's (src/standin/comfyui.py as dlbackend/ComfyUI/main.py)
-in a venv of this machine's python (made without pip: fast, and enough for it). Each test names the
+in a venv of this machine's python (made without pip: fast, and enough for it), holding by default the
+dist-info folders DoLibFixes installs at a first start (comfy_install's libs). Each test names the
 upstream behaviour it pins; a stand-in that drifts from it fails here.
 
 It stays one file past 500 lines: every test starts the same checkout, dotnet and ComfyUI venv through
@@ -14,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -37,6 +39,32 @@ BACKENDS = """0:
         GPU_ID: 0
 """
 UPSTREAM_VERSION = "0.9.8.2"  # src/SwarmUI.csproj <Version> at 062407c7
+# ComfyUISelfStartBackend.DoLibFixes' pip calls on a venv with nothing installed (requirements.txt empty,
+# FrontendVersion LatestSwarmValidated), each as its "Self-Start ComfyUI (<reason>) exited properly." line
+# names it: RequiredPythonPackages, numpy, RequiredVersionPythonPackages (read from the lib folder as it was
+# at the start: spandrel and av again), then the validated frontend once more.
+FIRST_START_PIP_CALLS = [
+    *(f"Installing '{n}'" for n in ("kornia", "sentencepiece", "spandrel", "pydantic", "pydantic-settings",
+                                    "comfyui_frontend_package==1.47.12", "alembic", "simpleeval", "blake3",
+                                    "filelock", "comfy-angle", "rembg", "onnxruntime", "matplotlib",
+                                    "opencv-python-headless", "imageio-ffmpeg", "dill", "omegaconf")),
+    "Updating 'numpy'",
+    *(f"Updating '{n}'" for n in ("diffusers", "aiohttp", "yarl", "av", "spandrel", "transformers", "pyopengl", "av",
+                                  "ultralytics", "pip")),
+    "Updating 'comfyui_frontend_package'",
+]  # fmt: skip
+# what they leave in site-packages: a version pinned (== / >=) is that version, a bare name the pip stand-in's
+BARE_VERSION = "0.0.0+standin"
+INSTALLED_LIBS = sorted(
+    f"{name}-{version}.dist-info" for name, version in [
+        *((n, BARE_VERSION) for n in ("kornia", "sentencepiece", "pydantic", "pydantic_settings", "alembic",
+                                      "simpleeval", "blake3", "filelock", "comfy_angle", "rembg", "onnxruntime",
+                                      "matplotlib", "opencv_python_headless", "imageio_ffmpeg", "dill", "omegaconf")),
+        ("comfyui_frontend_package", "1.47.12"), ("numpy", "1.26.4"), ("diffusers", "0.36.0"), ("aiohttp", "3.11.8"),
+        ("yarl", "1.18.0"), ("av", "18.1.0"), ("spandrel", "0.4.1"), ("transformers", "4.57.3"),
+        ("pyopengl", "3.1.8"), ("ultralytics", "8.3.197"), ("pip", "25.0"),
+    ]
+)  # fmt: skip
 
 
 def free_port() -> int:
@@ -102,18 +130,26 @@ class Swarm:
         return self.post("/API/ListBackends")
 
 
-def comfy_install(root: Path, venv: str = "venv") -> None:
+def comfy_install(root: Path, venv: str = "venv", libs: list[str] = INSTALLED_LIBS) -> None:
     """What launchtools/comfy-install-linux.sh leaves, quickly: ComfyUI's main.py and a venv (no pip).
-    venv "dangling-venv": its python3 a link to an interpreter that is gone (a boot disk replaced)."""
+    venv "dangling-venv": its python3 a link to an interpreter that is gone (a boot disk replaced).
+    libs: the dist-info folders put in the venv's site-packages, by default all an earlier start's
+    DoLibFixes installed (so that start installs nothing); [] for a venv as the installer leaves it."""
     comfy = root / "dlbackend" / "ComfyUI"
     comfy.mkdir(parents=True)
     shutil.copy2(STANDIN / "src" / "standin" / "comfyui.py", comfy / "main.py")
     (comfy / "requirements.txt").write_text("")
     if venv == "venv":
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(comfy / "venv")], check=True)
+        for name in libs:
+            (site_packages(root) / name).mkdir()
     elif venv == "dangling-venv":
         (comfy / "venv/bin").mkdir(parents=True)
         (comfy / "venv/bin/python3").symlink_to("/nonexistent/python3.11")
+
+
+def site_packages(root: Path) -> Path:
+    return next((root / "dlbackend/ComfyUI/venv/lib").glob("python*/site-packages"))
 
 
 def checkout(root: Path) -> None:
@@ -134,21 +170,29 @@ def checkout(root: Path) -> None:
 
 
 def start(
-    root: Path, *, backends: str | None = BACKENDS, comfy: str | None = "venv", extra=(), settings: str | None = None
+    root: Path,
+    *,
+    backends: str | None = BACKENDS,
+    comfy: str | None = "venv",
+    extra=(),
+    settings: str | None = None,
+    libs: list[str] = INSTALLED_LIBS,
+    pip_seconds: float = 0,
 ) -> tuple[Swarm, subprocess.Popen]:
-    """A checkout started with launch-linux.sh; comfy: see comfy_install (None: no ComfyUI at all).
+    """A checkout started with launch-linux.sh; comfy, libs: see comfy_install (comfy None: no ComfyUI
+    at all); pip_seconds: each pip call of DoLibFixes (STANDIN_PIP_INSTALL_SECONDS).
     ComfyUI's first port is a free one (the port counter starts just below it) unless `settings`
     gives the Network section."""
     checkout(root)
     home = root.parent / f"{root.name}-home"
     home.mkdir()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "STANDIN_BACKEND_START_SECONDS": "0.5",
-           "STANDIN_CRITICAL_PAUSE": "0"}  # fmt: skip
+           "STANDIN_CRITICAL_PAUSE": "0", "STANDIN_PIP_INSTALL_SECONDS": str(pip_seconds)}  # fmt: skip
     if (root / "launchtools/linux-dotnet-install.sh").is_file():
         subprocess.run(["bash", "launchtools/linux-dotnet-install.sh", str(home / ".dotnet")], cwd=root, env=env,
                        check=True, capture_output=True)  # fmt: skip
     if comfy:
-        comfy_install(root, comfy)
+        comfy_install(root, comfy, libs)
     port, comfy_port = free_port(), free_port_block() + 1  # +1: the counter starts below it
     (root / "Data").mkdir()
     if settings is None:
@@ -480,6 +524,74 @@ def test_comfyui_processes_end_with_the_server(tmp_path):
 
 
 # --- the ComfyUI stand-in: ComfyUI's server.py GET /queue, GET /prompt ------------------------------------
+
+
+# --- ComfyUISelfStartBackend.cs Init -> DoLibFixes / DoPythonCall; NetworkBackendUtils.GetProbableLibFolderFor ---
+
+
+def pip_children(proc: subprocess.Popen) -> list[dict]:
+    """The pip processes under the launcher, as the idle-killer's /proc walk sees them."""
+    found = []
+    for pid in _children(proc.pid):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent_argv = Path(f"/proc/{parent}/cmdline").read_bytes().decode().split("\0")
+            if argv[1:4] == ["-s", "-m", "pip"]:
+                found.append({"argv": argv, "cwd": os.readlink(f"/proc/{pid}/cwd"), "parent": parent_argv})
+    return found
+
+
+def pip_calls(swarm: Swarm) -> list[str]:
+    """The reasons of the pip calls that ended, from their Info lines (ReportLogsFromProcess)."""
+    output = (swarm.root.parent / f"{swarm.root.name}.out").read_text(errors="replace")
+    return re.findall(r"\[Info\] Self-Start ComfyUI \((.+)\) exited properly\.$", output, re.MULTILINE)
+
+
+def test_a_missing_package_is_pip_installed_by_swarmui_while_the_backend_waits_then_comfyui_starts(tmp_path):
+    """DoLibFixes runs before DoSelfStart: the backend is still WAITING (DoInitBackend's; LOADING comes
+    with the launch), the aggregate says loading; the package whose folder the lib folder lacks is
+    installed by `<venv>/bin/python3 -s -m pip install <pipName>`, a child of SwarmUI in ComfyUI's folder;
+    ComfyUI is launched only once it ended. A restart finds the package there and installs nothing."""
+    missing = "kornia-0.0.0+standin.dist-info"
+    swarm, proc = start(tmp_path / "s", libs=[n for n in INSTALLED_LIBS if n != missing], pip_seconds=2)
+    try:
+        pip = wait_for(lambda: pip_children(proc), timeout=10)
+        comfy = swarm.root.resolve() / "dlbackend/ComfyUI"
+        assert pip == [{"argv": [str(comfy / "venv/bin/python3"), "-s", "-m", "pip", "install", "kornia"],
+                        "cwd": str(comfy), "parent": pip[0]["parent"]}]  # fmt: skip
+        assert any(a.endswith("src/standin/server.py") for a in pip[0]["parent"]), pip[0]["parent"]
+        assert swarm.backends()["0"]["status"] == "waiting"
+        assert swarm.post("/API/GetGlobalStatus")["backend_status"]["status"] == "loading"
+        assert comfy_processes(swarm.root) == []
+        running_on(swarm, swarm.comfy_port)
+        assert missing in os.listdir(site_packages(swarm.root)) and pip_calls(swarm) == ["Installing 'kornia'"]
+        old_server = _server_id(swarm)
+        swarm.post("/StandinTest/Restart")
+        wait_for(lambda: _server_id(swarm) not in (None, old_server))
+        running_on(swarm, swarm.comfy_port)  # a new server: its port counter starts again
+        assert pip_calls(swarm) == ["Installing 'kornia'"]
+    finally:
+        stop(proc)
+
+
+def test_a_first_start_installs_upstreams_required_packages_and_a_second_start_none(tmp_path):
+    """RequiredPythonPackages, numpy, RequiredVersionPythonPackages and the validated frontend, in
+    DoLibFixes' order; versions are read from the dist-info folders as found at the start."""
+    swarm, proc = start(tmp_path / "s", libs=[])
+    try:
+        running_on(swarm, swarm.comfy_port)
+        assert sorted(pip_calls(swarm)) == sorted(FIRST_START_PIP_CALLS)
+        assert sorted(os.listdir(site_packages(swarm.root))) == INSTALLED_LIBS
+        output = (swarm.root.parent / f"{swarm.root.name}.out").read_text(errors="replace")
+        assert "appears to not contain pip" in output  # a venv made --without-pip
+        old_server = _server_id(swarm)
+        swarm.post("/StandinTest/Restart")
+        wait_for(lambda: _server_id(swarm) not in (None, old_server))
+        running_on(swarm, swarm.comfy_port)
+        assert sorted(pip_calls(swarm)) == sorted(FIRST_START_PIP_CALLS)  # none more
+    finally:
+        stop(proc)
 
 
 def test_comfyui_queue_and_prompt_shapes_and_the_swarmui_hook_that_fills_them(swarm):

@@ -13,9 +13,17 @@
   the loading loop, AutoRestart), ReportLogsFromProcess (a ComfyUI that ends is ERRORED, then
   relaunched on the next port when it had loaded and AutoRestart is on).
 - src/WebAPI/BackendAPI.cs BackendToNet: the shape ListBackends answers.
-Not imitated: DoLibFixes' pip installs (they need the network), git auto-updates, the node repos.
+- ComfyUISelfStartBackend.cs DoLibFixes (lines 480-720), awaited by Init before the ComfyUI launch: the
+  lib folder (NetworkBackendUtils.GetProbableLibFolderFor) is read once; each required package it lacks
+  (RequiredPythonPackages, numpy, RequiredVersionPythonPackages, the frontend) is a child process
+  `<venv>/bin/python3 -s -m pip install <pipName>` (DoPythonCall), awaited one after another, the
+  backend WAITING all along (it is LOADING only from DoSelfStart on). The pip is pip_standin/pip.py: it
+  takes STANDIN_PIP_INSTALL_SECONDS (0.05 s) per call and writes the package's dist-info folder, so the next
+  start finds it there and installs nothing.
+Not imitated: git auto-updates, the node repos, DoLibFixes' branches for the DLNodes IPAdapter/nunchaku
+node repos (the stand-in installs none).
 
-One file of ~630 lines on purpose: as upstream's BackendHandler and NetworkBackendUtils do, the
+One file of ~930 lines on purpose: as upstream's BackendHandler and NetworkBackendUtils do, the
 handler, the backend types and the self-start launch call into each other; read apart, the order of a
 backend's states would be lost.
 """
@@ -23,6 +31,7 @@ backend's states would be lost.
 import http.client
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -50,6 +59,26 @@ SETTINGS = {
     "comfyui_api": {"Address": "", "AllowIdle": False, "OverQueue": 1, "EnableFrontendDev": False},
 }  # fmt: skip
 SWARM_VALIDATED_FRONTEND_VERSION = "1.47.12"  # ComfyUISelfStartBackend.SwarmValidatedFrontendVersion
+# ComfyUISelfStartBackend.RequiredPythonPackages: (folder in the lib folder, what pip installs)
+REQUIRED_PYTHON_PACKAGES = [
+    ("kornia", "kornia"), ("sentencepiece", "sentencepiece"), ("spandrel", "spandrel"), ("pydantic", "pydantic"),
+    ("pydantic_settings", "pydantic-settings"),
+    ("comfyui_frontend_package", f"comfyui_frontend_package=={SWARM_VALIDATED_FRONTEND_VERSION}"),
+    ("alembic", "alembic"), ("simpleeval", "simpleeval"), ("blake3", "blake3"), ("filelock", "filelock"),
+    ("comfy_angle", "comfy-angle"), ("rembg", "rembg"), ("onnxruntime", "onnxruntime"), ("matplotlib", "matplotlib"),
+    ("opencv_python_headless", "opencv-python-headless"), ("imageio_ffmpeg", "imageio-ffmpeg"), ("dill", "dill"),
+    ("omegaconf", "omegaconf"),
+]  # fmt: skip
+# ComfyUISelfStartBackend.RequiredVersionPythonPackages: (lib folder, pip name, relation, version); av twice, as there
+REQUIRED_VERSION_PYTHON_PACKAGES = [
+    ("diffusers", "diffusers", ">=", "0.36.0"), ("aiohttp", "aiohttp", ">=", "3.11.8"),
+    ("yarl", "yarl", ">=", "1.18.0"), ("av", "av", ">=", "14.2.0"), ("spandrel", "spandrel", ">=", "0.4.1"),
+    ("transformers", "transformers", ">=", "4.57.3"), ("pyopengl", "pyopengl", ">=", "3.1.8"),
+    ("av", "av", ">=", "18.1.0"), ("ultralytics", "ultralytics", "==", "8.3.197"), ("pip", "pip", ">=", "25.0"),
+]  # fmt: skip
+# the pip DoLibFixes' children run: put first on their PYTHONPATH, `-m pip` finds it before the venv's own
+PIP_STANDIN = Path(__file__).resolve().parent / "pip_standin"
+REQUIREMENT_PART = re.compile(r"^[A-Za-z0-9._-]*$")  # ComfyUISelfStartBackend.RequirementPartMatcher
 # ComfyUIBackendExtension.FeaturesSupported (before the loaded nodes add theirs) + ModelFolderFormat's
 COMFY_FEATURES = ["comfyui", "refiners", "controlnet", "endstepsearly", "seamless", "video", "variation_seed",
                   "freeu", "yolov8", "folderslash"]  # fmt: skip
@@ -124,6 +153,10 @@ class Backend:
 
     def init(self) -> None:
         raise InitFailed(f"the stand-in does not implement backends of type {self.type}")
+
+    def add_load_status(self, message: str) -> None:
+        """AbstractBackend.AddLoadStatus: a Debug line (dropped at the default LogLevel, as upstream's)."""
+        self.handler.log.debug(f"[Load {self.type} #{self.id}] {message}")
 
     def shutdown(self) -> None:
         self.status = "disabled"
@@ -203,8 +236,10 @@ class ComfyUISelfStartBackend(ComfyUIAPIBackend):
         return f"http://localhost:{self.port}"
 
     def init(self) -> None:
+        self.add_load_status("Starting init...")
         self.handler.ensure_comfy_file()
         added = ""
+        do_fix_frontend = do_latest_frontend = False
         settings = self.settings
         if not settings["DisableInternalArgs"]:
             path_raw = str(self.handler.data_dir / "comfy-auto-model.yaml")
@@ -215,19 +250,27 @@ class ComfyUISelfStartBackend(ComfyUIAPIBackend):
                 added += " --preview-method taesd"
             if settings["FrontendVersion"] == "Latest":
                 added += " --front-end-version Comfy-Org/ComfyUI_frontend@latest"
+                do_latest_frontend = True
             elif settings["FrontendVersion"] == "LatestSwarmValidated":
                 added += f" --front-end-version Comfy-Org/ComfyUI_frontend@v{SWARM_VALIDATED_FRONTEND_VERSION}"
+                do_fix_frontend = True
             elif settings["FrontendVersion"] == "Legacy":
                 added += " --front-end-version Comfy-Org/ComfyUI_legacy_frontend@latest"
+            self.add_load_status(f"Will add args: {added}")
         settings["StartScript"] = settings["StartScript"].strip(" \"'\n\r\t")
         if not settings["StartScript"].strip():
-            self.status = "disabled"  # "Start script is empty, cannot load."
+            self.add_load_status("Start script is empty, cannot load.")
+            self.status = "disabled"
             return
         if not settings["StartScript"].endswith("main.py"):
+            self.add_load_status(f"Start script '{settings['StartScript']}' looks wrong")
             self.handler.log.warning(
                 f"ComfyUI start script is '{settings['StartScript']}', which looks wrong"
                 " - did you forget to append 'main.py' on the end?"
             )
+        # git auto-update and node repo tasks: not imitated (AutoUpdate / UpdateManagedNodes off on the ground)
+        LibFixes(self).run(do_fix_frontend, do_latest_frontend)
+        self.add_load_status("Starting self-start ComfyUI process...")
         extra_args = settings["ExtraArgs"].strip() + " --port {PORT}" + added
         SelfStart(self, f"ComfyUI-{self.id}", settings["GPU_ID"], extra_args, bool(settings["AutoRestart"])).launch()
 
@@ -238,6 +281,229 @@ class ComfyUISelfStartBackend(ComfyUIAPIBackend):
             return
         self.handler.log.info(f"Shutting down self-start ComfyUI (port={self.port}) process #{process.pid}...")
         kill_process(process, 10)
+
+
+def dotnet_version(text: str) -> tuple[int, ...]:
+    """System.Version.Parse: 2 to 4 numbers (ValueError otherwise), the missing ones -1 so that 1.2 < 1.2.0."""
+    parts = text.split(".")
+    if not 2 <= len(parts) <= 4:
+        raise ValueError(f"Version string portion was too short or too long: '{text}'")
+    numbers = [int(p) for p in parts]
+    if any(n < 0 for n in numbers):
+        raise ValueError(f"Version's parameters must be greater than or equal to zero: '{text}'")
+    return tuple(numbers + [-1] * (4 - len(numbers)))
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """ComfyUISelfStartBackend.ParseVersion: Version.Parse of what is before ".dev", null when invalid."""
+    try:
+        return dotnet_version(text.split(".dev", 1)[0])
+    except ValueError:
+        return None
+
+
+def version_lt(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> bool:
+    """Version's operator <: null is below every version."""
+    if a is None:
+        return b is not None
+    return b is not None and a < b
+
+
+def version_str(version: tuple[int, ...] | None) -> str:
+    return "" if version is None else ".".join(str(n) for n in version if n >= 0)
+
+
+def read_requirements(path: str) -> dict[str, tuple[int, ...] | None]:
+    """DoLibFixes' reqs: requirements.txt (File.ReadAllLines: missing, it throws), each line not blank nor
+    a comment, ">=" and "<=" read as "==", kept when its parts are plain (RequirementPartMatcher); the
+    version is Version.Parse'd (an invalid one throws, as a name twice does: ToDictionary)."""
+    with open(path, encoding="utf-8-sig") as file:
+        lines = [s for s in file.read().splitlines() if s.strip() and not s.strip().startswith("#")]
+    reqs: dict[str, tuple[int, ...] | None] = {}
+    for line in lines:
+        pair = line.replace(">=", "==").replace("<=", "==").split("==")
+        if not REQUIREMENT_PART.match(pair[0]) or (len(pair) > 1 and not REQUIREMENT_PART.match(pair[1])):
+            continue
+        if pair[0] in reqs:
+            raise ValueError(f"An item with the same key has already been added. Key: {pair[0]}")
+        reqs[pair[0]] = None if len(pair) == 1 else dotnet_version(pair[1])
+    return reqs
+
+
+def report_logs_exit_expected(process: subprocess.Popen, name: str, log) -> None:
+    """NetworkBackendUtils.ReportLogsFromProcess(process, nameSimple, identifier) - the overload with
+    exitPreExpected=true that DoLibFixes' pipCall uses: error lines are warnings, the rest Debug; the
+    exit is logged at Info, nothing else follows it."""
+
+    def should_continue(line: str) -> bool:
+        return (line.startswith("Traceback (") or line.startswith("  ")
+                or ("Error: " in line and not line.startswith("Found comfy_kitchen backend")))  # fmt: skip
+
+    def stdout_loop() -> None:
+        keep = False
+        for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            if line.startswith(("Traceback (", "RuntimeError: ", "Error: ")):
+                keep = True
+                log.warning(f"[{name}/STDOUT] {line}")
+            elif keep:
+                log.warning(f"[{name}/STDOUT] {line}")
+                keep = should_continue(line)
+            else:
+                log.debug(f"[{name}/STDOUT] {line}")
+
+    def stderr_loop() -> None:
+        keep = False
+        for raw in process.stderr:
+            line = raw.decode(errors="replace").rstrip("\n")
+            low = line.lower()
+            if low.startswith("traceback (") or ("error: " in low and "found comfy_kitchen backend" not in low):
+                keep = True
+                log.warning(f"[{name}/STDERR] {line}")
+            elif keep:
+                log.warning(f"[{name}/STDERR] {line}")
+                keep = should_continue(line)
+            else:
+                log.debug(f"[{name}/STDERR] {line}")
+        try:
+            code = process.wait(20)
+        except subprocess.TimeoutExpired:
+            log.info(f"Self-Start {name} closed output stream without exiting - something went wrong.")
+            return
+        if code == 0:
+            log.info(f"Self-Start {name} exited properly.")
+        else:
+            log.info(f"Self-Start {name} exited expectedly but with unexpected exit code {code}")
+
+    thread_name = name.replace(" ", "_")
+    threading.Thread(target=stdout_loop, name=f"SelfStart{thread_name}_Monitor", daemon=True).start()
+    threading.Thread(target=stderr_loop, name=f"SelfStart{thread_name}_MonitorErr", daemon=True).start()
+
+
+class LibFixes:
+    """ComfyUISelfStartBackend.DoLibFixes (lines 480-720), with DoPythonCall (329-341): run in Init, on the
+    init monitor thread, before DoSelfStart; the backend stays WAITING (DoInitBackend's) throughout."""
+
+    def __init__(self, backend: "ComfyUISelfStartBackend"):
+        self.backend, self.log = backend, backend.handler.log
+        self.script = backend.settings["StartScript"]
+        self.libs: set[str] = set()
+        self.distinfos: list[str] = []
+
+    def do_python_call(self, call: str) -> subprocess.Popen:
+        """DoPythonCall: ConfigurePythonExeFor's python (the venv's, its folder first on PATH; cwd the start
+        script's folder), SwarmUI's environment otherwise. Stand-in only: pip_standin first on PYTHONPATH,
+        so that `-m pip` runs the stand-in pip (the ground has no network for the real one)."""
+        self.log.debug(f"Will do Comfy Python call: {call}")
+        env = dict(os.environ)
+        executable, _ = configure_python_exe_for(self.script, env)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PIP_STANDIN), env.get("PYTHONPATH")) if p)
+        argv = [executable, *shlex.split(call.strip())]  # forcePrior is "" off Windows
+        try:
+            return subprocess.Popen(
+                argv, cwd=os.path.dirname(self.script) or ".", env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+        except OSError as e:  # Process.Start throws: Init fails, LoadBackendDirect retries
+            raise InitFailed(f"An error occurred trying to start process '{executable}': {e}") from None
+
+    def pip_call(self, reason: str, call: str) -> None:
+        """pipCall: one pip child, its output reported, awaited (Program.GlobalProgramCancel ends the wait)."""
+        backend, handler = self.backend, self.backend.handler
+        backend.add_load_status(f"{reason} for ComfyUI...")
+        process = self.do_python_call(f"-s -m pip {call}")
+        report_logs_exit_expected(process, f"ComfyUI ({reason})", self.log)
+        while process.poll() is None:
+            if handler.has_shutdown:
+                raise InitFailed("The operation was canceled.")
+            time.sleep(0.05)
+        backend.add_load_status(f"Done {reason} for ComfyUI.")
+
+    def install(self, lib_folder: str, pip_name: str) -> None:
+        if lib_folder in self.libs:
+            return
+        self.pip_call(f"Installing '{pip_name}'", f"install {pip_name}")
+        self.libs.add(lib_folder)
+
+    def update(self, name: str, pip: str) -> None:
+        self.pip_call(f"Updating '{name}'", f"install {pip}")
+        self.libs.add(name)
+
+    def get_vers(self, package: str) -> str | None:
+        """getVers: from the first `<package>-<version>.dist-info` folder as the lib folder was read at the
+        start (not again after an install), the version before any '+'."""
+        prefix = f"{package}-"
+        found = next((d for d in self.distinfos if d.startswith(prefix)), None)
+        return None if found is None else found[len(prefix) :].split(".dist-info", 1)[0].split("+", 1)[0]
+
+    def run(self, do_fix_frontend: bool, do_latest_frontend: bool) -> None:
+        backend = self.backend
+        lib = get_probable_lib_folder_for(self.script, self.log)
+        if lib is None or len(lib) < 3:
+            backend.add_load_status("Skip lib validation, can't find folder.")
+            return
+        backend.add_load_status("Will validate required libs...")
+        reqs = read_requirements(os.path.dirname(self.script) + "/requirements.txt")
+        dirs = sorted(e.name for e in os.scandir(lib) if e.is_dir())  # Directory.GetDirectories
+        self.distinfos = [d for d in dirs if d.endswith(".dist-info")]
+        self.libs = {d.split("-", 1)[0].lower() for d in dirs}
+        if "pip" not in self.libs:
+            self.log.warning(f"Python lib folder at '{lib}' appears to not contain pip. Python operations will likely"
+                             " fail. Please make sure your system has a valid python3-pip install.")  # fmt: skip
+        for lib_folder, pip_name in REQUIRED_PYTHON_PACKAGES:
+            self.install(lib_folder, pip_name)
+        numpy_vers = self.get_vers("numpy")
+        if numpy_vers is None or version_lt(parse_version(numpy_vers), dotnet_version("1.25")):
+            self.update("numpy", "numpy==1.26.4")
+        for lib_folder, pip_name, rel, version in REQUIRED_VERSION_PYTHON_PACKAGES:
+            raw = self.get_vers(lib_folder)
+            current = None if raw is None else parse_version(raw)
+            wanted = parse_version(version)
+            do_update = current is None
+            if not do_update:
+                if rel in (">=", "=="):
+                    do_update = version_lt(current, wanted)
+                elif rel == "<=":
+                    do_update = version_lt(wanted, current)
+                elif rel == "force-eq":
+                    do_update = current != wanted
+                else:
+                    raise ValueError(f"Invalid version relation '{rel}' for package '{lib_folder}' with version"
+                                     f" '{version}'.")  # fmt: skip
+            if do_update:
+                if rel == "force-eq":
+                    self.pip_call(f"Remove old '{lib_folder}'", f"uninstall -y {pip_name}")
+                    self.pip_call(lib_folder, f"install {pip_name}{rel}{version}")
+                else:
+                    self.update(lib_folder, f"{pip_name}{rel}{version}")
+        frontend = self.get_vers("comfyui_frontend_package")
+        if do_fix_frontend and (frontend is None or frontend != SWARM_VALIDATED_FRONTEND_VERSION):
+            self.update("comfyui_frontend_package", f"comfyui-frontend-package=={SWARM_VALIDATED_FRONTEND_VERSION}")
+        if "comfyui_frontend_package" in reqs:
+            front = version_str(reqs["comfyui_frontend_package"])
+            if front != SWARM_VALIDATED_FRONTEND_VERSION:
+                self.log.warning(f"(Developer Notice) ComfyUI Frontend target version is {front}, but validated"
+                                 f" version is {SWARM_VALIDATED_FRONTEND_VERSION}")  # fmt: skip
+        for folder, req in (("comfyui_workflow_templates", "comfyui-workflow-templates"),
+                            ("comfyui_embedded_docs", "comfyui-embedded-docs")):  # fmt: skip
+            actual = self.get_vers(folder)
+            stale = actual is None or version_lt(parse_version(actual), reqs.get(req))
+            if (do_fix_frontend or do_latest_frontend) and req in reqs and stale:
+                self.update(folder, f"{req}=={version_str(reqs[req])}")
+        if do_latest_frontend:
+            self.update("comfyui_frontend_package", "comfyui-frontend-package")
+        elif not do_fix_frontend:
+            self.install("comfyui_frontend_package", "comfyui-frontend-package")
+        for folder, req in (("comfy_kitchen", "comfy-kitchen"), ("comfy_aimdo", "comfy-aimdo")):
+            actual = self.get_vers(folder)
+            if req in reqs and (actual is None or version_lt(parse_version(actual), reqs[req])):
+                self.update(folder, f"{req}=={version_str(reqs[req])}")
+        # the DLNodes ComfyUI_IPAdapter_plus / ComfyUI-nunchaku branches: not imitated (no node repos here)
+        for req in reqs:
+            if req.replace("-", "_").lower() not in self.libs:
+                self.log.warning(f"(Developer Warning) ComfyUI required package '{req}' not found in lib folder. May"
+                                 " be an install error, or may be a new dependency.")  # fmt: skip
+        backend.add_load_status("Done validating required libs.")
 
 
 def kill_process(process: subprocess.Popen, grace_seconds: float) -> None:
@@ -435,6 +701,37 @@ def configure_python_exe_for(script: str, env: dict) -> tuple[str, list[str]]:
     else:
         executable = "python3"
     return executable, ["-s", os.path.basename(script)]
+
+
+def get_probable_lib_folder_for(script: str, log) -> str | None:
+    """NetworkBackendUtils.GetProbableLibFolderFor (lines 228-279): venv/lib/python*/site-packages when
+    venv/bin/python3 exists (File.Exists, as ConfigurePythonExeFor; a missing venv/lib throws), else the
+    python ConfigurePythonExeFor picks asked for sysconfig's purelib, kept if it is a folder."""
+    directory = os.path.dirname(script.replace("\\", "/"))
+    if os.path.isfile(f"{directory}/venv/Scripts/python.exe"):
+        return os.path.abspath(f"{directory}/venv/Lib/site-packages") + "/"
+    if os.path.isfile(f"{directory}/../python_embeded/python.exe"):
+        return os.path.abspath(f"{directory}/../python_embeded/Lib/site-packages") + "/"
+    if os.path.lexists(f"{directory}/venv/bin/python3"):
+        for sub in sorted(e.path for e in os.scandir(f"{directory}/venv/lib/") if e.is_dir()):
+            if os.path.basename(sub).startswith("python"):
+                return os.path.abspath(f"{sub}/site-packages") + "/"
+    try:
+        env = dict(os.environ)
+        executable, _ = configure_python_exe_for(script, env)
+        found = subprocess.run(
+            [executable, "-s", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            cwd=directory or ".", env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        )  # fmt: skip
+        output = found.stdout.strip()
+        errors = found.stderr.strip()
+        log.debug(f"Ran python fallback folder-finder '{executable}', result is: {output}, errOut is {errors}")
+        if os.path.isdir(output):
+            return output
+        log.debug("Output is not a valid folder.")
+    except OSError as e:
+        log.debug(f"Failed to find lib folder for {script}: {e}")
+    return None
 
 
 BACKEND_CLASSES = {"comfyui_api": ComfyUIAPIBackend, "comfyui_selfstart": ComfyUISelfStartBackend}
