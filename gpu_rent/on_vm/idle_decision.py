@@ -150,6 +150,9 @@ class Observation:
     seeding_until: float | None = None  # the seeding lock's "valid until", when the lock exists
     hold_until: float | None = None  # /mnt/swarm_data/.gpu-rent-hold-until, when it exists
     data_volume: str | None = None  # what is wrong with the data volume ("not mounted at ..."); None: fine
+    # since when the data volume's filesystem is grown at boot (roles/data_volume's resize2fs before the mount, which
+    # a delete could cut and damage it): work, up to Limits.hung_seconds; None: no grow runs
+    data_growing_since: float | None = None
     # each GPU's (index, utilisation %, memory used MiB) as nvidia-smi tells them (None: [N/A]); None: not read
     gpus: tuple[tuple[int, float | None, float | None], ...] | None = None
     gpu_error: str | None = None  # why the GPUs were not read ("no nvidia-smi on PATH", the driver's words)
@@ -365,7 +368,22 @@ def _other_work(seen: Observation, limits: Limits, llm_before: dict) -> str | No
         busy.append(llm)
     if seen.keep_alive:
         busy.append("KEEP_ALIVE_COMMAND exits 0")
+    growing = _data_growing(seen, limits)
+    if growing:
+        busy.append(growing)
     return ", ".join(busy) or None
+
+
+def _data_growing(seen: Observation, limits: Limits) -> str | None:
+    """The boot-time grow of the data volume's filesystem, in words, while it counts as work: a resize2fs cut
+    short can damage the filesystem, so the VM is not deleted under it; one that outlasts hung_seconds (a stuck
+    network disk) is work no more, and the data volume not mounted is trouble again."""
+    if seen.data_growing_since is None:
+        return None
+    running = seen.now - seen.data_growing_since
+    if limits.hung_seconds is not None and running >= limits.hung_seconds:
+        return None
+    return f"the data volume's filesystem grown at boot (resize2fs, {_minutes(running)} so far)"
 
 
 def _quiet_gpu(seen: Observation, limits: Limits) -> str | None:

@@ -82,6 +82,7 @@ from .idle_look import (
     run_keep_alive,
     swarm_look,
     unit_commands,
+    unit_starting_since,
     why,
 )
 
@@ -116,6 +117,9 @@ class Config:
     # an empty data_mount: not checked
     data_mount: str = paths.DATA_MOUNT
     data_marker: str = ".gpu-rent-ready"
+    # the data volume's boot-time grow (roles/data_volume's gpu-rent-grow-data.service.j2), asked about only while
+    # the volume is not mounted; empty: not asked
+    grow_unit: str = "gpu-rent-grow-data.service"
     models_dirs: tuple[str, ...] = (f"{paths.DATA_MOUNT}/Models",)
     hold_file: str = paths.HOLD_FILE
     seeding_lock: str = paths.SEEDING_LOCK
@@ -594,7 +598,7 @@ def look_at_disk(cfg: Config, now: float) -> dict:
     def downloads() -> dict:
         return {"downloads": list(fresh_downloads(cfg.models_dirs, now))}
 
-    said: dict = {"downloads": [], "hold_until": None, "data_volume": None}
+    said: dict = {"downloads": [], "hold_until": None, "data_volume": None, "data_growing_since": None}
     for look, what in ((volume, "at"), (downloads, "under")):
         try:
             answer = in_a_child(look, cfg.disk_seconds)
@@ -606,6 +610,8 @@ def look_at_disk(cfg: Config, now: float) -> dict:
             said["data_volume"] = f"{what} {where} {problem} (a stuck network disk?)"
             break
         said.update(answer)
+    if said["data_volume"] and cfg.grow_unit:  # not mounted yet: its filesystem may be being grown
+        said["data_growing_since"] = unit_starting_since(cfg.grow_unit, now)
     return said
 
 
@@ -640,6 +646,7 @@ def observe(cfg: Config, status: dict, now: float, disk: dict) -> tuple[Observat
         seeding_until=read_time(cfg.seeding_lock),
         hold_until=disk["hold_until"],
         data_volume=disk["data_volume"],
+        data_growing_since=disk.get("data_growing_since"),
     )
     if cfg.gpu_percent is not None:
         gpu = read_gpus(cfg.nvidia_smi)

@@ -521,6 +521,26 @@ def data_volume_problem(mount: str, marker: str) -> str | None:
     return None
 
 
+def unit_starting_since(unit: str, now: float, systemctl: str = "systemctl") -> float | None:
+    """Since when (a unix time) a oneshot unit is still starting (ActiveState activating, as systemd shows the
+    data volume's boot-time grow while resize2fs runs); None when it is not, or systemd does not say."""
+    try:
+        shown = subprocess.run(
+            [systemctl, "show", "-p", "ActiveState", "-p", "InactiveExitTimestampMonotonic", unit],
+            capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = dict(line.split("=", 1) for line in shown.stdout.splitlines() if "=" in line)
+    if fields.get("ActiveState") != "activating":
+        return None
+    try:  # systemd's CLOCK_MONOTONIC, microseconds: the same clock time.monotonic() reads
+        began = int(fields.get("InactiveExitTimestampMonotonic") or 0) / 1e6
+    except ValueError:
+        began = 0
+    return now - max(time.monotonic() - began, 0.0) if began else now
+
+
 def fresh_downloads(dirs: tuple[str, ...], now: float, fresh: float = DOWNLOAD_FRESH_SECONDS) -> tuple[str, ...]:
     """Partial files being written under the model folders, newest first, as paths under their folder."""
     found: list[tuple[float, str]] = []

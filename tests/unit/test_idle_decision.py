@@ -318,6 +318,23 @@ def test_the_data_volume_is_named_before_swarmui_not_answering():
     assert decision.reason == "data volume not mounted at /mnt/swarm_data: counted as busy for 60 min more"
 
 
+def test_a_data_volume_grown_at_boot_is_work_until_the_hung_time_then_trouble_again():
+    """The boot-time resize2fs runs before the mount (roles/data_volume): a delete would cut it and could damage
+    the filesystem (money review #19), so it is work, named; one that outlasts hung_seconds is trouble again."""
+    limits = replace(LIMITS, hung_seconds=60 * MIN)
+    growing = {"status": None, "error": "refused", "data_volume": "not mounted at /mnt/swarm_data"}
+    ticks = [seen(LATE + m * MIN, data_growing_since=LATE, **growing) for m in (0, 59, 60, 61)]
+    start, late, hung, after = run(ticks, limits=limits)
+    assert start.action == KEEP and start.fires_at is None
+    assert start.reason.startswith("the data volume's filesystem grown at boot (resize2fs, 0 min so far); data volume")
+    assert late.reason.startswith("the data volume's filesystem grown at boot (resize2fs, 59 min so far)")
+    assert hung.reason == "data volume not mounted at /mnt/swarm_data: counted as busy for 60 min more"
+    assert after.memory.troubled_since == LATE + 60 * MIN
+    # with hung work switched off (IDLE_HUNG_MINUTES=off) a grow is never cut
+    forever = run([seen(LATE + 600 * MIN, data_growing_since=LATE, **growing)], limits=LIMITS)[0]
+    assert forever.reason.startswith("the data volume's filesystem grown at boot (resize2fs, 600 min so far)")
+
+
 def listing(*entries: dict) -> dict:
     """ListBackends' answer: an object keyed by backend id, each BackendAPI.BackendToNet's shape."""
     return {str(n): {"id": n, "enabled": True, "title": "", "features": [], "modcount": 0} | e

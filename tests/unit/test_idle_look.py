@@ -592,3 +592,35 @@ def test_a_tick_names_a_pip_install_under_swarmuis_service_as_capped_trouble(tmp
         installing.wait()
     cgroup_root(tmp_path, ())
     assert tick(cfg)[0]["reason"].startswith("queue empty")
+
+
+def fake_systemctl(tmp_path: Path, began_ago: float) -> Path:
+    """systemctl show as systemd answers it for a oneshot unit; its ActiveState from $STATE."""
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir(exist_ok=True)
+    began = int((time.monotonic() - began_ago) * 1e6)
+    fake.write_text(f"#!/bin/sh\nprintf 'ActiveState=%s\\nInactiveExitTimestampMonotonic={began}\\n' \"$STATE\"\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_a_unit_still_starting_says_since_when_and_any_other_state_says_nothing(tmp_path, monkeypatch):
+    """systemctl show of the data volume's boot-time grow while resize2fs runs: activating, since the moment it
+    left inactive (CLOCK_MONOTONIC in microseconds, made a unix time)."""
+    fake, now = str(fake_systemctl(tmp_path, 90)), time.time()
+    monkeypatch.setenv("STATE", "activating")
+    assert idle_look.unit_starting_since("gpu-rent-grow-data.service", now, fake) == pytest.approx(now - 90, abs=2)
+    monkeypatch.setenv("STATE", "inactive")
+    assert idle_look.unit_starting_since("gpu-rent-grow-data.service", now, fake) is None
+    assert idle_look.unit_starting_since("x.service", now, str(tmp_path / "none")) is None  # no systemctl
+
+
+def test_a_tick_while_the_data_volume_is_grown_at_boot_keeps_the_vm_and_names_it(tmp_path, swarm, monkeypatch):
+    fake = fake_systemctl(tmp_path, 120)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STATE", "activating")
+    (tmp_path / "data").mkdir()
+    status, _ = tick(config(tmp_path, swarm.port, data_mount=str(tmp_path / "data")))
+    assert status["action"] == "keep" and status["fires_at"] is None
+    assert status["reason"].startswith("the data volume's filesystem grown at boot (resize2fs, 2 min so far)")
+    assert f"data volume not mounted at {tmp_path / 'data'}" in status["reason"]
