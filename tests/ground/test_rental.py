@@ -1175,7 +1175,7 @@ def test_status_names_another_projects_server_and_a_volume_with_no_command_that_
 
 def test_a_login_to_another_project_is_refused_and_the_states_ids_are_kept(life, admin_conn, tmp_path):
     """A shell that exports another project's OS_PROJECT_ID changes nothing: the folder's .env is its whole login.
-    A .env that logs in to another project (a sourced openrc copied in) is refused in one line naming the .env,
+    A .env that logs in to another project (a sourced openrc copied in) is refused in one line naming the login,
     before status could call the volumes gone and forget them (issue 38 item 6)."""
     import yaml
 
@@ -1205,7 +1205,8 @@ def test_a_login_to_another_project_is_refused_and_the_states_ids_are_kept(life,
         env_file.write_text(saved)
         identity.delete_project(other)
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1 and ".env" in refused.stderr, refused.stderr
+    # the line names where the login came from: the .env's OS_CLOUD, an entry of the clouds.yaml it names
+    assert len(refused.stderr.strip().splitlines()) == 1 and 'entry "elsewhere"' in refused.stderr, refused.stderr
     assert f"logs in to project {other.id}" in refused.stderr and "refused, nothing forgotten" in refused.stderr
     assert state(project)["resources"] == before["resources"] and state(project)["cloud"] == before["cloud"]
     assert gpu_rent(project, "status").returncode == 0  # its own login again: the folder as it was

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -224,7 +225,7 @@ def test_a_restart_waits_for_the_generation_running_and_one_that_outlasts_the_wa
     line and leaves the restart due, and the next run restarts SwarmUI once the generation has ended."""
     program = Path(__file__).resolve().parents[2] / "gpu_rent"
     copied = subprocess.run(
-        f"tar -C {program} -c on_vm --exclude __pycache__ | ssh {' '.join(ssh_argv())} root@{host} "
+        f"tar -C {program} -c on_vm --exclude __pycache__ | {shlex.join(ssh_argv())} root@{host} "
         "'mkdir -p /usr/local/lib/gpu-rent && tar -C /usr/local/lib/gpu-rent -x'",
         shell=True, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
