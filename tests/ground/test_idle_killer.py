@@ -473,6 +473,31 @@ def test_a_comfyui_restarted_three_times_still_has_its_queue_seen(vm):
     assert seen["reason"].startswith("2 in the ComfyUI queue") and seen["comfyui"] == [{"port": port, "queue": 2}], seen
 
 
+def test_the_installs_a_backend_start_runs_before_comfyui_are_named_and_keep_the_vm(vm):
+    """A backend's start runs DoLibFixes' pip installs before ComfyUI (ComfyUISelfStartBackend.Init; the stand-in's
+    pip takes STANDIN_PIP_INSTALL_SECONDS): the backend waits meanwhile, and the killer names the install among
+    SwarmUI's processes as capped trouble (audit U6), never as idle; then ComfyUI runs again."""
+    address = vm.address
+    settle(address)
+    dropin = "/etc/systemd/system/swarmui.service.d/standin-pip.conf"
+    unit = "[Service]\\nEnvironment=STANDIN_PIP_INSTALL_SECONDS=20\\n"
+    site = f"{SWARMUI}/dlbackend/ComfyUI/venv/lib/python3.*/site-packages"
+    staged = ssh(address, f"mkdir -p {Path(dropin).parent} && printf '{unit}' > {dropin} && systemctl daemon-reload "
+                          f"&& rm -rf {site}/kornia-*.dist-info")  # fmt: skip
+    assert staged.returncode == 0, staged.stderr
+    try:
+        systemctl_swarmui(address, "restart")
+        named = "SwarmUI installing: "
+        seen = wait_until("the install named", lambda: (s := next_reason(address)) and named in s["reason"] and s, 60)
+        assert "pip install kornia" in seen["reason"] and "counted as busy" in seen["reason"], seen
+        assert seen["action"] == "keep" and seen["fires_at"] is None and seen["comfyui"] == [], seen
+    finally:
+        ssh(address, f"rm -f {dropin} && systemctl daemon-reload")
+    ours = "1 of 1 ComfyUI backend running"
+    wait_until("our backend running after the install", lambda: next_reason(address).get("backends") == ours, 90)
+    assert ssh(address, f"ls -d {site}/kornia-*.dist-info").returncode == 0  # installed: the next start skips it
+
+
 def test_the_credential_is_refused_for_all_but_reading_and_deleting_its_own_server(vm, member_conn, admin_conn, net):
     cloud, server, address = vm.cloud, vm.server, vm.address
     config = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)
