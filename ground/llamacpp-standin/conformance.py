@@ -10,6 +10,9 @@ route off, --version's build number, which routes answer while a model loads or 
 
 Slow (a build is ~12 min on 2 cores the first time, then cached): not part of `make test`; run
 `make llamacpp-conformance` whenever the stand-in or the pinned release changes. See README.md beside it.
+
+One file past 500 lines on purpose: the builds, the servers and the scenario table are one run whose rows read
+each other's moments; the stand-in beside it is one file too, as the binary it imitates.
 """
 
 import argparse
