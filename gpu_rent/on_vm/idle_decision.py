@@ -314,17 +314,17 @@ def _swarm_trouble(seen: Observation) -> str | None:
             return f"no ComfyUI backend of gpu-rent's ({OUR_START_SCRIPT}) in SwarmUI's backends"
         if "running" not in seen.backends:
             return backends_line(seen.backends)
-        return _silent_comfy(seen)
+        return silent_comfy(seen)
     # ListBackends unread: only SwarmUI's aggregate, which says errored when any backend errored
     backend = (seen.status.get("backend_status") or {}).get("status")
     if backend not in ("running", "some_loading"):  # some_loading: running, with a model loading
         # SwarmUI's "idle" means no backend started; "loading" is a start under way
         why = f" (ListBackends: {_line(seen.backends_error)})" if seen.backends_error else ""
         return f"backend {backend or 'unknown'}, not running{why}"
-    return _silent_comfy(seen)
+    return silent_comfy(seen)
 
 
-def _silent_comfy(seen: Observation) -> str | None:
+def silent_comfy(seen: Observation) -> str | None:
     """A ComfyUI that runs but does not tell its queue may be working (the Comfy Workflow tab's
     prompts are in no SwarmUI counter): never read as an empty queue, only as capped trouble."""
     if not seen.comfy_silent:
@@ -377,11 +377,12 @@ def _other_work(seen: Observation, limits: Limits, llm_before: dict) -> str | No
 def _data_growing(seen: Observation, limits: Limits) -> str | None:
     """The boot-time grow of the data volume's filesystem, in words, while it counts as work: a resize2fs cut
     short can damage the filesystem, so the VM is not deleted under it; one that outlasts hung_seconds (a stuck
-    network disk) is work no more, and the data volume not mounted is trouble again."""
+    network disk; with hung work off, the trouble cap: a grow never keeps a VM for ever) is work no more, and
+    the data volume not mounted is trouble again."""
     if seen.data_growing_since is None:
         return None
     running = seen.now - seen.data_growing_since
-    if limits.hung_seconds is not None and running >= limits.hung_seconds:
+    if running >= (limits.hung_seconds if limits.hung_seconds is not None else limits.cap_seconds):
         return None
     return f"the data volume's filesystem grown at boot (resize2fs, {_minutes(running)} so far)"
 

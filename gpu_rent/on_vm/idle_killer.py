@@ -64,6 +64,7 @@ from .idle_decision import (
     backends_line,
     decide,
     queued_work,
+    silent_comfy,
 )
 from .idle_look import (
     HTTP_TIMEOUT,
@@ -968,11 +969,13 @@ BUSY_LOOK_SECONDS = 10
 def busy(cfg: Config, wait: float = 0, say=print) -> int:
     """The generations a restart of SwarmUI would cut, read as a tick reads them (idle_decision.queued_work),
     waited for up to `wait` seconds: 0 when none run (or SwarmUI does not answer: nothing to cut), 3 when some
-    still do, named in the last line said. Never decides or deletes anything, and writes nothing."""
+    still do, named in the last line said; a ComfyUI that runs but does not tell its queue may hold prompts, so
+    it is waited for too. Never decides or deletes anything, and writes nothing."""
     status = load_status(Path(cfg.status_file))  # the session the ticks keep, so no session is made per look
     end = time.monotonic() + wait
     while True:
-        work = queued_work(look_at_swarm(cfg, status, time.time())[0])
+        seen = look_at_swarm(cfg, status, time.time())[0]
+        work = queued_work(seen) or silent_comfy(seen)
         if work is None:
             return 0
         if time.monotonic() + BUSY_LOOK_SECONDS > end:

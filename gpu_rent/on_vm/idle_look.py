@@ -524,7 +524,7 @@ def data_volume_problem(mount: str, marker: str) -> str | None:
 
 def unit_starting_since(unit: str, now: float, systemctl: str = "systemctl") -> float | None:
     """Since when (a unix time) a oneshot unit is still starting (ActiveState activating, as systemd shows the
-    data volume's boot-time grow while resize2fs runs); None when it is not, or systemd does not say."""
+    data volume's boot-time grow while resize2fs runs); None when it is not, or systemd does not say when."""
     try:
         shown = subprocess.run(
             [systemctl, "show", "-p", "ActiveState", "-p", "InactiveExitTimestampMonotonic", unit],
@@ -539,7 +539,8 @@ def unit_starting_since(unit: str, now: float, systemctl: str = "systemctl") -> 
         began = int(fields.get("InactiveExitTimestampMonotonic") or 0) / 1e6
     except ValueError:
         began = 0
-    return now - max(time.monotonic() - began, 0.0) if began else now
+    # no start told: not taken for a grow, which would restart its clock at each tick and never end
+    return now - max(time.monotonic() - began, 0.0) if began else None
 
 
 def fresh_downloads(dirs: tuple[str, ...], now: float, fresh: float = DOWNLOAD_FRESH_SECONDS) -> tuple[str, ...]:

@@ -124,6 +124,7 @@ class Session:
         self._report_seen_at = 0.0
         self._failed_ticks = 0
         self._told = ""  # the last blind-killer notice given, so it is given once
+        self._told_delete = ""  # the last delete the user was notified of, so a retried one is told once
         self._cloud = None
         self._alive = None  # the life lock's open file, held until the process ends
         self.cancel = threading.Event()  # set when the session ends: cancels a recovery's playbook
@@ -280,9 +281,8 @@ class Session:
                 why = await asyncio.to_thread(self._gone_why, verdict.why)
                 raise SessionEnded(f"{why}: the tunnel closes; gpu-rent up rents it again", 0, gone=True)
             # a failed delete stays for the next tick: the session ends only once the failed server is not billing
-            failed = verdict.act is Act.FATAL
-            if failed and await self._delete_server(verdict.why, "gpu-rent: the VM failed") is not False:
-                raise SessionEnded(verdict.why, 1)
+            if verdict.act is Act.FATAL:
+                await self._end_failed(verdict.why)
             if verdict.act is Act.RECOVER:
                 await self._recover(verdict.why)
 
@@ -325,6 +325,15 @@ class Session:
         if await self._delete_server(why, "gpu-rent: deleting the VM its idle-killer could not") is not None:
             self._report = None
 
+    async def _end_failed(self, why: str) -> None:
+        """A server in ERROR: deleted, then the session ends; a delete that failed is tried at the next tick."""
+        deleted = await self._delete_server(why, "gpu-rent: the VM failed")
+        if deleted is None:  # not this project's server any more: it may still bill, and status names it
+            raise SessionEnded(f"{why.split(': deleting it')[0]}: not deleted (the project now names another "
+                               "server); `gpu-rent status` says what bills", 1)  # fmt: skip
+        if deleted:
+            raise SessionEnded(why, 1)
+
     async def _delete_server(self, why: str, title: str) -> bool | None:
         """The server deleted with the user's credential, the volumes kept, its end written for status: True
         when deleted, False when the delete failed (the next tick tries again), None when the project now
@@ -336,7 +345,9 @@ class Session:
                 self.log(f"watchdog: {why}; not deleted: the project now names server {recorded}, not {server}")
                 return None
         self.log(f"watchdog: {why}; deleting the server with your credential (the volumes stay)")
-        notify(title, why)
+        if why != self._told_delete:  # once: a delete that fails is tried every tick, the user told the first time
+            self._told_delete = why
+            notify(title, why)
         rental = Rental(self.settings, say=self.log, progress=_logged(self.log), cancel=self.cancel)
         try:
             await asyncio.to_thread(rental.stop)

@@ -17,6 +17,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -126,6 +127,20 @@ def test_busy_names_the_generations_a_restart_would_cut_and_waits_for_their_end(
     assert idle_killer.busy(cfg, wait=30, say=said.append) == 0  # the generation ended within the wait
     assert said and all(line.startswith("waiting: ") for line in said), said
     assert not Path(cfg.status_file).exists()  # it decides nothing and records nothing
+
+
+def test_busy_waits_for_a_comfyui_that_does_not_tell_its_queue(tmp_path, swarm, monkeypatch):
+    """A ComfyUI that runs but does not answer GET /prompt may hold prompts (a tick calls it capped trouble): a
+    restart would cut them, so busy names it rather than say nothing runs."""
+    mute = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    monkeypatch.setattr("gpu_rent.on_vm.idle_look.COMFY_TIMEOUT", 0.3)
+    try:
+        said: list[str] = []
+        cfg = config(tmp_path, swarm.port, mute.getsockname()[1])
+        assert idle_killer.busy(cfg, say=said.append) == 3
+        assert said == [f"ComfyUI on port {mute.getsockname()[1]} does not tell its queue"], said
+    finally:
+        mute.close()
 
 
 def test_busy_without_a_swarmui_to_ask_has_nothing_to_wait_for(tmp_path, capsys):

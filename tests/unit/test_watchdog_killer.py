@@ -79,9 +79,22 @@ def test_a_server_in_error_is_deleted_with_the_volumes_kept_and_the_session_ends
     session._log = said.append
     session.store.path.parent.mkdir(parents=True, exist_ok=True)
     session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s1"}}')
+    told: list[str] = []
+    monkeypatch.setattr(watchdog, "notify", lambda title, body: told.append(body))
     why = watchdog.judge("ERROR", "error", None, "disk gone").why
-    assert asyncio.run(session._delete_server(why, "t")) is False  # the next tick tries again
-    assert asyncio.run(session._delete_server(why, "t")) is True and Deleting.stops == 2
+    asyncio.run(session._end_failed(why))  # the delete failed: no end yet, the next tick tries again
+    with pytest.raises(watchdog.SessionEnded, match="the server is in ERROR"):
+        asyncio.run(session._end_failed(why))
+    assert Deleting.stops == 2 and told == [why]  # the user is told once, not at every try
     end = watchdog.vm_end.read(session.settings.runtime_dir, watchdog.vm_end.END_FILE)
     assert end["server_id"] == "s1" and end["by"] == "gpu-rent watchdog" and "ERROR" in end["reason"], end
     assert any("deleting the server with your credential (the volumes stay)" in line for line in said), said
+
+
+def test_a_server_in_error_the_project_no_longer_names_is_left_and_the_end_says_so(session, monkeypatch):
+    monkeypatch.setattr(watchdog, "Rental", Refusing)
+    session.store.path.parent.mkdir(parents=True, exist_ok=True)
+    session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s2"}}')
+    why = watchdog.judge("ERROR", "error", None).why
+    with pytest.raises(watchdog.SessionEnded, match=r"not deleted \(the project now names another server\)"):
+        asyncio.run(session._end_failed(why))
