@@ -322,7 +322,9 @@ class Session:
                 self.log(f"watchdog: {why}; while this tunnel runs, the watchdog deletes the VM at its deadline")
                 notify("gpu-rent: the idle-killer cannot delete the VM", why)
             return
-        if await self._delete_server(why, "gpu-rent: deleting the VM its idle-killer could not") is not None:
+        # deleted, or the project names another server: this report is done with; a failed delete keeps it, and
+        # the next tick tries again without its silence counted anew
+        if await self._delete_server(why, "gpu-rent: deleting the VM its idle-killer could not") is not False:
             self._report = None
 
     async def _end_failed(self, why: str) -> None:

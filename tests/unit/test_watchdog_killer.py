@@ -53,6 +53,7 @@ def test_a_refused_killer_is_not_deleted_when_the_project_names_another_server(s
     session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s2"}}')
     asyncio.run(session._judge_killer())
     assert any("not deleted: the project now names server s2, not s1" in line for line in said), said
+    assert session._report is None  # done with: not judged again at every tick
 
 
 class Deleting:
@@ -98,3 +99,18 @@ def test_a_server_in_error_the_project_no_longer_names_is_left_and_the_end_says_
     why = watchdog.judge("ERROR", "error", None).why
     with pytest.raises(watchdog.SessionEnded, match=r"not deleted \(the project now names another server\)"):
         asyncio.run(session._end_failed(why))
+
+
+def test_a_delete_that_failed_keeps_the_report_for_the_next_tick(session, monkeypatch):
+    """The report a failed delete acted on stays: the next tick tries again, its silence not counted anew."""
+    Deleting.stops, Deleting.fail = 0, 1
+    monkeypatch.setattr(watchdog, "Rental", Deleting)
+    report = {"server_id": "s1", "tick_at": 1.0, "action": "delete", "reason": "idle",
+              "acted": "CREDENTIAL REFUSED, cannot delete this server: no"}  # fmt: skip
+    session._report, session._report_seen_at = report, time.time()
+    session.store.path.parent.mkdir(parents=True, exist_ok=True)
+    session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s1"}}')
+    asyncio.run(session._judge_killer())
+    assert Deleting.stops == 1 and session._report is report
+    asyncio.run(session._judge_killer())
+    assert Deleting.stops == 2 and session._report is None
