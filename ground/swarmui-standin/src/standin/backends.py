@@ -330,6 +330,12 @@ def read_requirements(path: str) -> dict[str, tuple[int, ...] | None]:
     return reqs
 
 
+def starts_an_error(line: str) -> bool:
+    """ReportLogsFromProcess: a line that begins an error on stderr (comfy_kitchen's notice is none)."""
+    low = line.lower()
+    return low.startswith("traceback (") or ("error: " in low and "found comfy_kitchen backend" not in low)
+
+
 def report_logs_exit_expected(process: subprocess.Popen, name: str, log) -> None:
     """NetworkBackendUtils.ReportLogsFromProcess(process, nameSimple, identifier) - the overload with
     exitPreExpected=true that DoLibFixes' pipCall uses: error lines are warnings, the rest Debug; the
@@ -339,32 +345,24 @@ def report_logs_exit_expected(process: subprocess.Popen, name: str, log) -> None
         return (line.startswith("Traceback (") or line.startswith("  ")
                 or ("Error: " in line and not line.startswith("Found comfy_kitchen backend")))  # fmt: skip
 
-    def stdout_loop() -> None:
+    def log_stream(stream, label: str, starts) -> None:
         keep = False
-        for raw in process.stdout:
+        for raw in stream:
             line = raw.decode(errors="replace").rstrip("\n")
-            if line.startswith(("Traceback (", "RuntimeError: ", "Error: ")):
+            if starts(line):
                 keep = True
-                log.warning(f"[{name}/STDOUT] {line}")
+                log.warning(f"[{name}/{label}] {line}")
             elif keep:
-                log.warning(f"[{name}/STDOUT] {line}")
+                log.warning(f"[{name}/{label}] {line}")
                 keep = should_continue(line)
             else:
-                log.debug(f"[{name}/STDOUT] {line}")
+                log.debug(f"[{name}/{label}] {line}")
+
+    def stdout_loop() -> None:
+        log_stream(process.stdout, "STDOUT", lambda line: line.startswith(("Traceback (", "RuntimeError: ", "Error: ")))
 
     def stderr_loop() -> None:
-        keep = False
-        for raw in process.stderr:
-            line = raw.decode(errors="replace").rstrip("\n")
-            low = line.lower()
-            if low.startswith("traceback (") or ("error: " in low and "found comfy_kitchen backend" not in low):
-                keep = True
-                log.warning(f"[{name}/STDERR] {line}")
-            elif keep:
-                log.warning(f"[{name}/STDERR] {line}")
-                keep = should_continue(line)
-            else:
-                log.debug(f"[{name}/STDERR] {line}")
+        log_stream(process.stderr, "STDERR", starts_an_error)
         try:
             code = process.wait(20)
         except subprocess.TimeoutExpired:
@@ -644,8 +642,7 @@ class SelfStart:
         name, backend, log = self.name, self.backend, self.log
 
         def show(stream: str, line: str, keep: bool) -> bool:
-            low = line.lower()
-            if low.startswith("traceback (") or ("error: " in low and "found comfy_kitchen backend" not in low):
+            if starts_an_error(line):
                 keep = True
             elif keep:
                 keep = line.startswith("Traceback (") or "Error: " in line or line.startswith("  ")
