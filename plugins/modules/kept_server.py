@@ -12,7 +12,7 @@ description:
     come back as a new server no killer guards, its data volume attached after boot (money review #17).
   - This module reads the server by id and fails, in openstacksdk's words ("No Server found for <id>"), when it
     went; it creates nothing.
-  - Tags are replaced whole, only when they differ, through Nova's tag API (microversion 2.26): without
+  - Tags are replaced whole, only when they differ, through Nova's tag API (microversion 2.26), since without
     "preemptible" Selectel bills the full price, and a tool that replaced the list drops it.
   - The metadata keys given are set where they differ, the others kept, as openstack.cloud.server_metadata does.
 options:
@@ -24,7 +24,7 @@ extends_documentation_fragment:
 """
 
 RETURN = r"""
-server: {description: The server after the change, without the killer's handoff., returned: always, type: dict}
+server: {description: "The server after the change, without the killer's handoff.", returned: always, type: dict}
 """
 
 from ansible_collections.openstack.cloud.plugins.module_utils.openstack import OpenStackModule
