@@ -62,6 +62,8 @@ def questions(settings: Settings, reuse_only: bool = False) -> dict:
             "metadata": {"gpu-rent": settings.name},
             "floating_ip": {"description": names["floating_ip_description"], "keep": settings.keep_floating_ip},
             "reuse_only": reuse_only,
+            # the server role's server_killer: the create carries the killer's credential for the build
+            "killer": {"name": names["idle_killer_credential"], "days": 7, "rule_path": None},
         },
     }
 
@@ -77,7 +79,13 @@ def start(conn, asked: dict, found: dict, handover: Path) -> dict:
     # here, not at the top: status imports rental, which imports this module, and never loads the SDK itself
     from openstack import exceptions as sdk_exceptions
 
-    early = _shared("gpu_rent_warm_start").start(conn, found, asked, sdk_exceptions)
+    def carry(floating_ip_id: str | None) -> tuple[dict, dict]:  # rental_lookup's _carry, on the CLI's login
+        region, interface = conn.config.get_region_name("compute"), conn.config.get_interface("compute")
+        return _shared("gpu_rent_killer_handoff").for_create(
+            conn, asked["warm_start"]["killer"], region, interface, floating_ip_id
+        )
+
+    early = _shared("gpu_rent_warm_start").start(conn, found, asked, sdk_exceptions, carry)
     found = {**found, "early": json.loads(json.dumps(early, default=str))}
     write_atomically(handover, json.dumps(found))
     return found

@@ -8,6 +8,11 @@ only (gpu_rent/on_vm/handoff.py). From then on a killer on that server can delet
 the laptop. Not before ACTIVE: Nova refuses a building server's metadata (and no guest runs yet); the
 window from ACTIVE is these few calls, from the create the build too (bench/unguarded.py).
 
+The build has a credential too. Nova takes no metadata while it builds, which is a minute or more on a real
+cloud, and a laptop lost then would leave a server that nobody handed anything. So the create carries a
+credential of its own (`for_create`, CREATE_NOTES), which the server's killer takes the same way, until the
+server's own one replaces it at ACTIVE.
+
 One credential per server, not per project: arming a second server (a second project folder in the same
 cloud project, two laptops, a fleet's workers) never revokes the first's. The name is the project folder's
 credential name, the project id's first 8 characters and the region (Keystone keeps credentials per user,
@@ -33,6 +38,16 @@ DESCRIPTION = "gpu-rent idle-killer: may delete its own server and floating IP, 
 SERVER_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 NOVA_ID = re.compile(SERVER_ID)
 
+# CREATE_NOTES: the credential a create carries in its metadata, made just before it. The server's id is not
+# known until Nova answers, so its rules allow GET and DELETE of `<compute path>/servers/*` (keystonemiddleware's
+# auth_token _path_matches: `*` is one path segment) and DELETE of the address taken before the create. It could
+# delete any server of the project; the killer uses it only on the server the metadata service says it is
+# (gpu_rent/on_vm/handoff.py instance_id). It is deleted as soon as the server's own credential is handed (prune
+# with keep, at ACTIVE: seconds after the create), by stop, and at the next create, and lives a day at most.
+CREATE_SUFFIX = "create"
+CREATE_DAYS = 1
+ANY_SERVER = "*"
+
 # the spec fresh_server and the lookup's warm start take as their killer option
 KILLER_OPTIONS = dict(
     name=dict(required=True),
@@ -50,11 +65,19 @@ def credential_name(conn, name: str, region: str | None, server_id: str) -> str:
     return f"{folder_name(conn, name, region)}-{server_id}"
 
 
+def create_name(conn, name: str, region: str | None) -> str:
+    """The name of the credential a create of this folder carries (CREATE_NOTES): one per folder."""
+    return f"{folder_name(conn, name, region)}-{CREATE_SUFFIX}"
+
+
 def server_of(folder: str, credential_name: str) -> str | None:
     """The server a credential of this folder names; '' for the one-per-project name before per-server
-    credentials (gpu-rent up to 2026-12); None for a credential that is not the folder's."""
+    credentials (gpu-rent up to 2026-12); CREATE_SUFFIX for the one a create carries; None for a credential
+    that is not the folder's."""
     if credential_name == folder:
         return ""
+    if credential_name == f"{folder}-{CREATE_SUFFIX}":
+        return CREATE_SUFFIX
     found = re.fullmatch(re.escape(folder) + f"-({SERVER_ID})", credential_name)
     return found.group(1) if found else None
 
@@ -62,8 +85,11 @@ def server_of(folder: str, credential_name: str) -> str | None:
 def access_rules(conn, interface: str | None, server_id: str, floating_ip_id: str | None,
                  rule_path: str | None = None) -> list[dict]:  # fmt: skip
     """GET and DELETE of the server at the path Nova sees (the compute endpoint's own path, or rule_path
-    for a gateway that rewrites it), DELETE of the floating IP. The GET is the killer's proof."""
+    for a gateway that rewrites it), DELETE of the floating IP. The GET is the killer's proof. server_id
+    ANY_SERVER: the create's credential (CREATE_NOTES), whose rule_path ends in `*` in place of an id."""
     compute = conn.session.get_endpoint(service_type="compute", interface=interface or "public")
+    if rule_path and server_id == ANY_SERVER:
+        rule_path = f"{rule_path.rsplit('/', 1)[0]}/{ANY_SERVER}"
     server = rule_path or f"{urlparse(compute or '').path.rstrip('/') or '/v2.1'}/servers/{server_id}"
     rules = [{"service": "compute", "method": "GET", "path": server},
              {"service": "compute", "method": "DELETE", "path": server}]  # fmt: skip
@@ -98,12 +124,16 @@ def make(conn, name: str, rules: list[dict] | None, days: int, **more):
     return conn.identity.create_application_credential(**kwargs)
 
 
+def handed_value(credential, floating_ip_id: str | None) -> str:
+    """The metadata value the killer reads (gpu_rent/on_vm/handoff.py handed): at most 255 characters."""
+    return json.dumps({"c": credential.id, "k": credential.secret, "f": floating_ip_id or None,
+                       "e": (credential.expires_at or "")[:19] or None, "t": int(time.time())},
+                      separators=(",", ":"))  # fmt: skip
+
+
 def hand(conn, server_id: str, credential, floating_ip_id: str | None) -> None:
-    """Into the server's metadata, where its killer reads it (a value of at most 255 characters)."""
-    value = json.dumps({"c": credential.id, "k": credential.secret, "f": floating_ip_id or None,
-                        "e": (credential.expires_at or "")[:19] or None, "t": int(time.time())},
-                       separators=(",", ":"))  # fmt: skip
-    conn.compute.set_server_metadata(server_id, **{HANDOFF_KEY: value})
+    """Into the server's metadata, where its killer reads it."""
+    conn.compute.set_server_metadata(server_id, **{HANDOFF_KEY: handed_value(credential, floating_ip_id)})
 
 
 def said(credential, server_id: str, floating_ip_id: str | None, seconds: float) -> dict:
@@ -142,6 +172,36 @@ def make_and_hand(conn, spec: dict, region: str | None, interface: str | None, s
     return done
 
 
+def for_create(conn, spec: dict, region: str | None, interface: str | None,
+               floating_ip_id: str | None) -> tuple[dict, dict]:  # fmt: skip
+    """(the metadata a create carries, what a module returns of it): the create's credential (CREATE_NOTES),
+    made anew (the folder's last one goes first: Keystone keeps names unique per user). A failure is said,
+    never raised, and the create goes on without one, as before: the server's own comes at ACTIVE."""
+    started = time.monotonic()
+    made = None
+    try:
+        rules = access_rules(conn, interface, ANY_SERVER, floating_ip_id, spec.get("rule_path"))
+        name = create_name(conn, spec["name"], region)
+        user = conn.session.get_user_id()
+        found = conn.identity.find_application_credential(user=user, name_or_id=name, ignore_missing=True)
+        if found:
+            conn.identity.delete_application_credential(user, found.id)
+        made = make(conn, name, rules, CREATE_DAYS)
+        if rule_set(made.access_rules) != rule_set(rules):  # a Keystone that ignores access rules
+            conn.identity.delete_application_credential(user, made.id)
+            return {}, {"handed": False, "why": "Keystone did not keep the access rules"}
+    except Exception as e:
+        return {}, {"handed": False, "why": redacted(e, made)}
+    metadata = {HANDOFF_KEY: handed_value(made, floating_ip_id)}
+    return metadata, said(made, ANY_SERVER, floating_ip_id, time.monotonic() - started)
+
+
+def drop(conn, said_of: dict) -> None:
+    """Delete a credential made for a create that made no server (said_of: what for_create returned of it)."""
+    if said_of.get("handed"):
+        conn.identity.delete_application_credential(conn.session.get_user_id(), said_of["id"])
+
+
 def redacted(error: Exception, made) -> str:
     """The cloud's words, one line, without the secret (Nova's validation errors echo the value refused)."""
     said = " ".join(str(error).split())
@@ -151,14 +211,18 @@ def redacted(error: Exception, made) -> str:
 
 def prune(conn, folder: str, keep: str | None = None, servers_gone_only: bool = True) -> list[str]:
     """Delete the folder's credentials but keep's: those whose server is gone (servers_gone_only), or all
-    (stop, destroy: the folder's server is gone). Another folder's credentials are never touched."""
+    (stop, destroy: the folder's server is gone). The create's (CREATE_NOTES) goes once keep, the folder's
+    server, has its own. Another folder's credentials are never touched."""
     user = conn.session.get_user_id()
     deleted = []
     for credential in conn.identity.application_credentials(user=user):
         server = server_of(folder, credential.name)
         if server is None or (keep and server == keep):
             continue
-        if servers_gone_only and (not server or conn.compute.find_server(server, ignore_missing=True) is not None):
+        if server == CREATE_SUFFIX:
+            if servers_gone_only and not keep:
+                continue
+        elif servers_gone_only and (not server or conn.compute.find_server(server, ignore_missing=True) is not None):
             continue  # one per project, from before: a VM of that version may still hold it (stop deletes it)
         conn.identity.delete_application_credential(user, credential.id)
         deleted.append(credential.name)

@@ -175,8 +175,11 @@ def project_address(network, listed: list, network_id: str, description: str) ->
     return network.create_ip(floating_network_id=network_id, description=description), True
 
 
-def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
-    """rental_lookup's `early` answer: the server asked for (and the project's address taken), or why not."""
+def start(conn, found: dict, asked: dict, sdk_exceptions, carry=None) -> dict:
+    """rental_lookup's `early` answer: the server asked for (and the project's address taken), or why not.
+
+    carry(floating_ip_id) -> (metadata, said): the killer's credential the create carries (the caller's
+    gpu_rent_killer_handoff.for_create, CREATE_NOTES there), made after the address it names; None: none."""
     why = why_not(found, asked)
     if why:
         return {"created": False, "why": why}
@@ -185,6 +188,22 @@ def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
     pool = boot["availability_zone"]
     network = found["networks"][asked["networks"][warm["pools"].index(pool)]][0]
     flavor = found["flavors"][asked["flavors"][0]][0]
+    early = {}
+    address, made = None, False
+    spec = warm["floating_ip"]
+    if spec:  # before the create, which names it to its killer (fresh_server takes it the same way)
+        try:
+            address, made = project_address(
+                conn.network, found["floating_ips"], found["external_networks"][0]["id"], spec["description"]
+            )
+            early["floating_ip"] = address.to_dict(computed=False) if made else address
+        except sdk_exceptions.SDKException as e:  # fresh_server takes one, or the floating_ip role
+            early["floating_ip_error"] = " ".join(str(e).split())[:300]
+    metadata, carried = {}, {}
+    if carry is not None:
+        kept = address is None or spec["keep"]
+        metadata, carried = carry(None if kept else address["id"])
+        early["killer_at_create"] = carried
     try:
         server = create_once(
             conn,
@@ -195,25 +214,26 @@ def start(conn, found: dict, asked: dict, sdk_exceptions) -> dict:
             security_groups=[{"name": found["security_groups"][0]["id"]}],
             key_name=asked["keypair"],
             tags=warm["tags"],
-            metadata=warm["metadata"],
+            metadata={**warm["metadata"], **metadata},
             block_device_mapping=[existing(boot["id"], 0), existing(data["id"], -1)],
             user_data=KEEP_HOST_KEYS_USER_DATA,
         )
     except sdk_exceptions.HttpException as e:  # nothing was created: the server role meets it again, in words
         said = NO_ROOM.search(str(e))
+        _undo(conn, address if made else None, carried)
         return {"created": False, "why": said.group(0) if said else " ".join(str(e).split())[:300]}
     except DroppedCreate as e:  # the server role looks for it by name, and creates it if still none
         return {"created": False, "why": str(e)}
     created = server.to_dict(computed=False)
     created.pop("admin_password", None)  # Nova's adminPass of the create's answer: a secret, of no use here
-    early = {"created": True, "why": "", "server": created, "flavor": asked["flavors"][0]}
-    spec = warm["floating_ip"]
-    if spec:  # taken while Nova builds, as fresh_server takes it
-        try:
-            address, made = project_address(
-                conn.network, found["floating_ips"], found["external_networks"][0]["id"], spec["description"]
-            )
-            early["floating_ip"] = address.to_dict(computed=False) if made else address
-        except sdk_exceptions.SDKException as e:  # fresh_server takes one, or the floating_ip role
-            early["floating_ip_error"] = " ".join(str(e).split())[:300]
-    return early
+    for key in metadata:  # the carried secret: never in an answer (module results are printed at -v)
+        (created.get("metadata") or {}).pop(key, None)
+    return {"created": True, "why": "", "server": created, "flavor": asked["flavors"][0], **early}
+
+
+def _undo(conn, made_address, carried: dict) -> None:
+    """A create refused: the address made for it and the credential it carried go (fresh_server's _undo)."""
+    if made_address is not None:
+        conn.network.delete_ip(made_address, ignore_missing=True)
+    if carried.get("handed"):
+        conn.identity.delete_application_credential(conn.session.get_user_id(), carried["id"])

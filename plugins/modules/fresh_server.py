@@ -27,12 +27,13 @@ description:
   - The server's port is returned, so the floating IP is attached without a lookup of its own.
   - With I(created_early), a server of that name found is the one up's lookup asked for moments ago
     (rental_lookup's warm_start); it is adopted as above, and reported as made by this up.
-  - With I(floating_ip), the project's address (found by its description, else made) is taken while
-    Nova builds and attached once the server is ACTIVE, as openstack.cloud.server's floating_ips
-    would; the floating_ip role's own two tasks after the build cost a warm up 2 s of about 33 on the
-    ground. An address made here, or a free one not I(keep)s, is released when the server does not come
-    up. When Neutron refuses the address the server is still waited for and its volumes named, and it
-    is returned without one (a warning says why); the floating_ip role then takes the address itself.
+  - With I(floating_ip), the project's address (found by its description, else made) is taken before
+    the create (beside the flavor's and network's lookups; the create's killer credential names it) and
+    attached once the server is ACTIVE, as openstack.cloud.server's floating_ips would; the floating_ip
+    role's own two tasks after the build cost a warm up 2 s of about 33 on the ground. An address made
+    here, or a free one not I(keep)s, is released when the server does not come up. When Neutron refuses
+    the address the server is still waited for and its volumes named, and it is returned without one (a
+    warning says why); the floating_ip role then takes the address itself.
 options:
   name: {description: Server name., required: true, type: str}
   flavor: {description: Flavor name or id., required: true, type: str}
@@ -66,6 +67,8 @@ options:
       - "The idle-killer's credential, made as soon as a server made here (or by up's lookup, I(created_early))
         is ACTIVE and handed to it as its metadata (module_utils/gpu_rent_killer_handoff.py): the credential
         name, days, rule_path."
+      - "A create made here carries one in its metadata from the start, for the build (CREATE_NOTES there),
+        which the server's own replaces at ACTIVE."
     type: dict
     suboptions:
       name: {description: The project folder's credential name., type: str, required: true}
@@ -89,6 +92,10 @@ killer:
     secret), or handed false and why."
   returned: when placed with I(killer) and the server was created here or by up's lookup
   type: dict
+killer_at_create:
+  description: "The credential the create carried (as I(killer) returns it; server_id *), or handed false and why."
+  returned: when the create was made here with I(killer)
+  type: dict
 """
 
 import time
@@ -103,8 +110,11 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 try:
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_killer_handoff import (
         KILLER_OPTIONS,
+        drop,
+        for_create,
         make_and_hand,
     )
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_lookup import without_handoff
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import (
         KEEP_HOST_KEYS_USER_DATA,
         NO_ROOM,
@@ -115,7 +125,8 @@ try:
         project_address,
     )
 except ImportError:
-    from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, make_and_hand
+    from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, drop, for_create, make_and_hand
+    from ansible.module_utils.gpu_rent_lookup import without_handoff
     from ansible.module_utils.gpu_rent_warm_start import (
         KEEP_HOST_KEYS_USER_DATA,
         NO_ROOM,
@@ -171,19 +182,25 @@ class FreshServerModule(OpenStackModule):
         # an existing one is from an up interrupted while this module waited, or from this up's lookup
         # (created_early): adopt it, name what it made
         made_here = server is None or p["created_early"]
-        server = self._create() if server is None else compute.get_server(server.id)
-        address, made = self._address() if p["floating_ip"] else (None, False)  # while Nova builds
-        server = self._wait(server)
         killer = {}
+        if server is None:
+            server, address, made, carried = self._create()
+            if carried:
+                killer["killer_at_create"] = carried
+        else:
+            server = compute.get_server(server.id)
+            address, made = self._address() if p["floating_ip"] else (None, False)  # an adopted one: while Nova builds
+        server = self._wait(server)
         if server.status == "ACTIVE":
             ports = [port.to_dict(computed=False) for port in self.conn.network.ports(device_id=server.id)]
             if address is not None:
                 address, moved = self._attach(address, ports)  # None when Neutron refused: the role tries
                 changed = changed or made or moved
             if made_here and p["killer"]:
-                # The guest runs from now on, and has its address: its killer's credential next, before the
-                # volumes' names. Not earlier: Nova refuses a building server's metadata (compute/api.py
-                # update_instance_metadata wants vm_state ACTIVE, PAUSED, SUSPENDED or STOPPED).
+                # The guest runs from now on, and has its address: its killer's own credential next, before the
+                # volumes' names, in place of the create's (which may delete any server of the project). Not
+                # earlier: Nova refuses a building server's metadata (compute/api.py update_instance_metadata
+                # wants vm_state ACTIVE, PAUSED, SUSPENDED or STOPPED).
                 kept = address is None or p["floating_ip"]["keep"]
                 killer["killer"] = make_and_hand(self.conn, p["killer"], p["region_name"], p["interface"], server.id,
                                                  None if kept else address.id)  # fmt: skip
@@ -193,9 +210,10 @@ class FreshServerModule(OpenStackModule):
         renamed = volumes.pop("renamed", False)
         if server.status == "ACTIVE":
             attached = {"floating_ip": address.to_dict(computed=False)} if address is not None else {}
+            shown = without_handoff(server.to_dict(computed=False))  # the create's secret stays out of the result
             self.exit_json(
-                changed=changed or renamed, placed=True, pool=pool, server=server.to_dict(computed=False),
-                ports=ports, **attached, **volumes, **killer,
+                changed=changed or renamed, placed=True, pool=pool, server=shown, ports=ports, **attached, **volumes,
+                **killer,
             )  # fmt: skip
         if address is not None and released(made, p["floating_ip"]["keep"], bool(address.port_id)):
             self.conn.network.delete_ip(address, ignore_missing=True)  # not left billing for a server that never came
@@ -210,16 +228,24 @@ class FreshServerModule(OpenStackModule):
         self.fail_json(msg=f"the server {p['name']} failed as {p['flavor']} in {pool}: {fault}{kept}", **volumes)
 
     def _create(self):
+        """(the server, the project's address and whether made here, what the create's credential is)."""
         p = self.params
         compute = self.conn.compute
-        # three services, each with its first call's discovery: asked side by side (~0.2 s on the ground)
-        with ThreadPoolExecutor(max_workers=2) as beside:
+        # four services, each with its first call's discovery: asked side by side (~0.2 s on the ground)
+        with ThreadPoolExecutor(max_workers=3) as beside:
             flavor = beside.submit(compute.find_flavor, p["flavor"], ignore_missing=False)
             network = beside.submit(self.conn.network.find_network, p["network"], ignore_missing=False)
-            mappings = self._mappings()
-            flavor, network = flavor.result(), network.result()
+            ahead = beside.submit(self._ahead)
+            try:
+                mappings = self._mappings()
+                flavor, network = flavor.result(), network.result()
+            except BaseException:
+                address, made, _, carried = ahead.result()
+                self._undo(address, made, carried)
+                raise
+            address, made, metadata, carried = ahead.result()
         try:
-            return create_once(  # never sent twice (gpu_rent_warm_start.py NO_RESEND_NOTES)
+            server = create_once(  # never sent twice (gpu_rent_warm_start.py NO_RESEND_NOTES)
                 self.conn,
                 name=p["name"],
                 flavor_id=flavor.id,
@@ -228,18 +254,38 @@ class FreshServerModule(OpenStackModule):
                 security_groups=[{"name": p["security_group"]}],
                 key_name=p["key_name"],
                 tags=p["tags"],
-                metadata=p["metadata"],
+                metadata={**p["metadata"], **metadata},
                 block_device_mapping=mappings,
                 # from kept volumes their host keys stay (USER_DATA_NOTES); from the image, cloud-init makes them
                 **({"user_data": KEEP_HOST_KEYS_USER_DATA} if p["volumes_exist"] else {}),
             )
         except self.sdk.exceptions.HttpException as e:
+            self._undo(address, made, carried)
             found = NO_ROOM.search(str(e))
             if found:  # refused at the API: nothing was created
                 self.exit_json(changed=False, placed=False, reason=found.group(0))
             raise
-        except DroppedCreate as e:
+        except DroppedCreate as e:  # Nova may have made it: what it carries and its address stay for its killer
             self.fail_json(msg=str(e))
+        return server, address, made, carried
+
+    def _ahead(self) -> tuple:
+        """Before the create: the project's address, then the create's killer credential naming it
+        (gpu_rent_killer_handoff.py CREATE_NOTES) - (address, made, the create's metadata, what it carries)."""
+        p = self.params
+        address, made = self._address() if p["floating_ip"] else (None, False)
+        if not p["killer"]:
+            return address, made, {}, {}
+        kept = address is None or p["floating_ip"]["keep"]
+        metadata, carried = for_create(self.conn, p["killer"], p["region_name"], p["interface"],
+                                       None if kept else address.id)  # fmt: skip
+        return address, made, metadata, carried
+
+    def _undo(self, address, made: bool, carried: dict) -> None:
+        """No server was made: its address goes as after a failed build, and the create's credential with it."""
+        if address is not None and released(made, self.params["floating_ip"]["keep"], bool(address.port_id)):
+            self.conn.network.delete_ip(address, ignore_missing=True)
+        drop(self.conn, carried)
 
     def _mappings(self) -> list:
         p = self.params

@@ -55,12 +55,21 @@ options:
       tags: {description: Server tags., type: list, elements: str, default: []}
       metadata: {description: Server metadata., type: dict, default: {}}
       floating_ip:
-        description: The project's floating IP (its description) to take while Nova builds.
+        description: The project's floating IP (its description) to take before the create.
         type: dict
         suboptions:
           description: {description: Description that marks the address as the project's., type: str, required: true}
           keep: {description: KEEP_FLOATING_IP., type: bool, default: false}
       reuse_only: {description: Only an existing server may come back (the watchdog)., type: bool, default: false}
+      killer:
+        description:
+          - "The idle-killer's credential name, days, rule_path: the create carries a credential for its build
+            (module_utils/gpu_rent_killer_handoff.py CREATE_NOTES); null: none."
+        type: dict
+        suboptions:
+          name: {description: The project folder's credential name., type: str, required: true}
+          days: {description: Days the server's own credential lives (the create's lives one)., type: int, default: 7}
+          rule_path: {description: "The server's own credential's rule path; the create's ends in *.", type: str}
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -86,8 +95,9 @@ floating_ips: {description: The floating IPs of that description (floating_ip_in
                type: list}
 early:
   description:
-    - "With I(warm_start): created (bool), why (when not), and the server, its flavor and floating_ip
-      (or floating_ip_error) when created."
+    - "With I(warm_start): created (bool), why (when not), and the server (without the secret it carries), its
+      flavor, floating_ip (or floating_ip_error) and killer_at_create (the credential it carries, no secret) when
+      created."
   returned: with warm_start
   type: dict
 """
@@ -96,9 +106,15 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 
 # As a collection's module, or (playbooks/library in a direct run) with playbooks/module_utils beside it.
 try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_killer_handoff import (
+        KILLER_OPTIONS as KILLER,
+    )
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_killer_handoff import for_create
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_lookup import lookup
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_warm_start import WARM_START_OPTIONS, start
 except ImportError:
+    from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS as KILLER
+    from ansible.module_utils.gpu_rent_killer_handoff import for_create
     from ansible.module_utils.gpu_rent_lookup import lookup
     from ansible.module_utils.gpu_rent_warm_start import WARM_START_OPTIONS, start
 
@@ -116,7 +132,7 @@ class RentalLookupModule(OpenStackModule):
         security_group=dict(),
         server=dict(),
         floating_ip_description=dict(),
-        warm_start=dict(type="dict", options=WARM_START_OPTIONS),
+        warm_start=dict(type="dict", options={**WARM_START_OPTIONS, "killer": dict(type="dict", options=KILLER)}),
     )
     module_kwargs = dict(supports_check_mode=True)  # noqa: RUF012 - read by the base class
 
@@ -126,9 +142,17 @@ class RentalLookupModule(OpenStackModule):
             found["early"] = (
                 {"created": False, "why": "check mode"}
                 if self.ansible.check_mode
-                else start(self.conn, found, self.params, self.sdk.exceptions)
+                else start(self.conn, found, self.params, self.sdk.exceptions, self._carry())
             )
         self.exit_json(changed=bool(found.get("early", {}).get("created")), **found)
+
+    def _carry(self):
+        """What makes the killer's credential the early create carries (gpu_rent_killer_handoff CREATE_NOTES)."""
+        p = self.params
+        spec = p["warm_start"]["killer"]
+        if not spec:
+            return None
+        return lambda floating_ip_id: for_create(self.conn, spec, p["region_name"], p["interface"], floating_ip_id)
 
 
 def main():

@@ -987,12 +987,13 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_
     assert ours.killer_credential() is not None and status(project)["last_end"] is None  # a server again
 
 
-def test_up_killed_right_after_the_handoff_leaves_a_server_its_own_killer_deletes(life):
-    """The laptop dies (kill -9 of up and its playbook) the moment the new server is ACTIVE and handed its
-    killer's credential, and never comes back: the killer kept on the boot volume boots under the new server,
-    learns from the metadata service that it is another server than its config names, takes the credential
-    handed to it (never the old one) and deletes the server and its address when idle - no SSH, no arm. No
-    second server appears at any point, and nothing bills after but the disks."""
+def test_up_killed_right_after_the_create_leaves_a_server_its_own_killer_deletes(life):
+    """The laptop dies (kill -9 of up and its playbook) the moment Nova lists the new server, while it builds,
+    and never comes back. Nova takes no metadata then, so the create itself carried a credential for the build
+    (gpu_rent_killer_handoff.py CREATE_NOTES): the killer kept on the boot volume boots under the new server,
+    learns from the metadata service that it is another server than its config names, takes that credential
+    (never the old one) and deletes the server and the address taken before the create when idle - no SSH, no
+    arm, no handoff at ACTIVE. No second server appears at any point, and nothing bills after but the disks."""
     project, ours = life
     quick = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 20, "idle_killer_tick_seconds": 2,
              "idle_killer_llm": "false"}  # fmt: skip
@@ -1013,16 +1014,16 @@ def test_up_killed_right_after_the_handoff_leaves_a_server_its_own_killer_delete
         most.append(len(servers))
         return servers
 
-    def handed():
-        return next((s for s in live() if "gpu_rent_killer" in (s.metadata or {})), None)
-
     try:
-        server = wait_until("the new server handed its killer's credential", handed, 300, 0.2)
+        server = wait_until("the new server listed by Nova", lambda: next(iter(live()), None), 300, 0.1)
     finally:
         os.killpg(run.pid, signal.SIGKILL)  # the lid closes: up and everything it started
         run.wait(timeout=30)
-    handed_fip = json.loads(server.metadata["gpu_rent_killer"])["f"]
-    address = ours.conn.network.get_ip(handed_fip).floating_ip_address  # attached before the handoff
+    carried = json.loads(server.metadata["gpu_rent_killer"])  # from the create: the first listing has it
+    credentials = {c.id: c for c in killer_credentials(ours.conn, f"{ours.name}-idle-killer")}
+    assert credentials[carried["c"]].name.endswith("-create"), (server.status, credentials)
+    assert {r["path"] for r in credentials[carried["c"]].access_rules} >= {"/v2.1/servers/*"}
+    address = ours.conn.network.get_ip(carried["f"]).floating_ip_address  # taken before the create
     # the last words the killer writes on the boot volume, as the ground keeps its disk (ground/ext agent.py)
     words = GROUND / "state" / "hosts" / "rootfs" / boot_id / paths.LAST_WORDS_FILE.lstrip("/")
 
@@ -1036,7 +1037,8 @@ def test_up_killed_right_after_the_handoff_leaves_a_server_its_own_killer_delete
     assert {v.name: v.id for v in ours.volumes().values()} == volumes
     again = up(project)  # the laptop back: the VM for the tests after this one
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert ours.killer_credential() is not None  # the killed up's credential went with its server
+    # the server's own credential, alone: the killed up's create credential went once it was handed
+    assert ours.killer_credential() is not None
 
 
 def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loaded_model_keeps_the_vm(life, llm):

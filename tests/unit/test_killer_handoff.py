@@ -4,6 +4,7 @@ made and handed against the real Keystone and Nova in tests/ground/test_rental.p
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -82,3 +83,76 @@ def test_a_make_deletes_only_the_folders_credentials_whose_server_is_gone():
     assert handoff.prune(conn, folder, keep=SERVER) == [f"{folder}-{OTHER}"] == deleted
     deleted.clear()
     assert handoff.prune(conn, folder, servers_gone_only=False) == [f"{folder}-{SERVER}", f"{folder}-{OTHER}", folder]
+
+
+def _keystone(made_rules=None, fail: Exception | None = None):
+    """Keystone and the catalogue as for_create meets them: the folder's last create credential is there."""
+    calls: list[tuple] = []
+
+    def create_application_credential(**kw):
+        calls.append(("made", kw["name"], kw["expires_at"]))
+        if fail:
+            raise fail
+        rules = kw["access_rules"] if made_rules is None else made_rules
+        return SimpleNamespace(id="new", name=kw["name"], secret=kw["secret"], expires_at=kw["expires_at"],
+                               access_rules=rules)  # fmt: skip
+
+    conn = SimpleNamespace(
+        current_project_id="a1b2c3d4e5f6",
+        session=SimpleNamespace(get_user_id=lambda: "u", get_endpoint=lambda service_type, interface: {
+            "compute": "http://127.0.0.1:8774/v2.1", "network": "http://127.0.0.1:9696"}[service_type]),
+        identity=SimpleNamespace(
+            find_application_credential=lambda user, name_or_id, ignore_missing: SimpleNamespace(id="old"),
+            create_application_credential=create_application_credential,
+            delete_application_credential=lambda user, cid: calls.append(("deleted", cid)),
+        ),
+    )  # fmt: skip
+    return conn, calls
+
+
+def test_the_create_carries_a_credential_for_any_server_of_the_path_and_the_address_taken_before():
+    """Nova refuses a building server's metadata and its id is unknown before its answer: the create carries a
+    credential whose rules end in `*` (one path segment, keystonemiddleware's _path_matches), a day long."""
+    conn, calls = _keystone()
+    metadata, said = handoff.for_create(conn, {"name": "lab-idle-killer"}, "ru-7", None, OTHER)
+    folder = "lab-idle-killer-a1b2c3d4-ru-7"
+    assert calls[0] == ("deleted", "old") and calls[1][:2] == ("made", f"{folder}-create")
+    assert handoff.server_of(folder, f"{folder}-create") == handoff.CREATE_SUFFIX
+    assert said["access_rules"] == [
+        {"service": "compute", "method": "GET", "path": "/v2.1/servers/*"},
+        {"service": "compute", "method": "DELETE", "path": "/v2.1/servers/*"},
+        {"service": "network", "method": "DELETE", "path": f"/v2.0/floatingips/{OTHER}"},
+    ]
+    taken = vm_handoff.handed({"meta": metadata})  # the killer reads it as it reads the server's own
+    assert taken.credential_id == "new" and taken.floating_ip_id == OTHER and taken.credential_secret
+    assert taken.credential_secret not in json.dumps(said) and said["server_id"] == "*"
+    expires = datetime.fromisoformat(calls[1][2]).replace(tzinfo=UTC)
+    assert timedelta(hours=23) < expires - datetime.now(UTC) <= timedelta(days=1)
+    # a gateway's rule path (idle_killer_rule_path) names a server: the create's ends in * in its place
+    rules = handoff.access_rules(conn, None, handoff.ANY_SERVER, None, f"/compute/v2.1/servers/{SERVER}")
+    assert [r["path"] for r in rules] == ["/compute/v2.1/servers/*"] * 2
+
+
+def test_a_create_credential_keystone_refused_or_stripped_of_its_rules_is_said_and_none_is_carried():
+    conn, calls = _keystone(made_rules=[])
+    assert handoff.for_create(conn, {"name": "lab"}, None, None, None) == (
+        {}, {"handed": False, "why": "Keystone did not keep the access rules"})  # fmt: skip
+    assert calls[-1] == ("deleted", "new")  # never one that may do anything the user may
+    conn, calls = _keystone(fail=RuntimeError("403 Forbidden: access rules are not allowed"))
+    metadata, said = handoff.for_create(conn, {"name": "lab"}, None, None, None)
+    assert metadata == {} and said == {"handed": False, "why": "403 Forbidden: access rules are not allowed"}
+
+
+def test_the_creates_credential_goes_once_the_server_has_its_own_and_at_stop_never_before():
+    folder = "lab-idle-killer-a1b2c3d4-ru-7"
+    names = [f"{folder}-create", f"{folder}-{SERVER}", f"lab-2-{folder}-create"]
+    deleted: list[str] = []
+    conn = SimpleNamespace(
+        session=SimpleNamespace(get_user_id=lambda: "u"),
+        identity=SimpleNamespace(application_credentials=lambda user: [SimpleNamespace(id=n, name=n) for n in names],
+                                 delete_application_credential=lambda user, cid: deleted.append(cid)),
+        compute=SimpleNamespace(find_server=lambda sid, ignore_missing: SimpleNamespace(id=sid)),  # all there
+    )  # fmt: skip
+    assert handoff.prune(conn, folder) == []  # a server may be building with it, its laptop gone
+    assert handoff.prune(conn, folder, keep=SERVER) == [f"{folder}-create"]
+    assert handoff.prune(conn, folder, servers_gone_only=False) == [f"{folder}-create", f"{folder}-{SERVER}"]

@@ -91,7 +91,10 @@ def test_the_shared_calls_are_the_collections_files_and_know_every_question(dead
     asked = up_head_start.questions(settings)
     assert set(asked) - {"warm_start"} <= set(lookup.QUESTIONS)
     options = up_head_start._shared("gpu_rent_warm_start").WARM_START_OPTIONS
-    assert set(asked["warm_start"]) == set(options)
+    # rental_lookup adds the killer's option, from the handoff's KILLER_OPTIONS
+    assert set(asked["warm_start"]) == set(options) | {"killer"}
+    killer = up_head_start._shared("gpu_rent_killer_handoff").KILLER_OPTIONS
+    assert set(asked["warm_start"]["killer"]) == set(killer)
 
 
 def test_the_answer_goes_to_the_playbook_as_a_file_with_why_no_server_was_asked_for(dead_cloud_project):

@@ -150,3 +150,74 @@ def test_the_projects_address_is_read_alike_from_openstacksdk_resources():
     listed = [FloatingIP(id="free", port_id=None), FloatingIP(id="on-port", port_id="p")]
     address, made = warm.project_address(_Network(), listed, "ext", "gpu-rent p1")
     assert address.id == "on-port" and not made
+
+
+class _Cloud:
+    """Nova, Neutron and Keystone as an early create meets them, each call recorded in order."""
+
+    def __init__(self, refuse: str | None = None):
+        from openstack.compute.v2.server import Server
+        from openstack.network.v2.floating_ip import FloatingIP
+
+        self.calls: list[tuple] = []
+        cloud = self
+
+        class Compute:
+            def request(self, *args, **kwargs):  # create_once wraps it; the fake's create never calls it
+                raise AssertionError("no raw request expected")
+
+            def create_server(self, **attrs):
+                cloud.calls.append(("create", attrs))
+                if refuse:
+                    from openstack import exceptions
+
+                    raise exceptions.HttpException(message=refuse, http_status=403)
+                return Server(id="s1", name=attrs["name"], metadata=dict(attrs["metadata"]), status="BUILD")
+
+        class Network:
+            def create_ip(self, **asked):
+                cloud.calls.append(("address", asked))
+                return FloatingIP(id="new-ip", port_id=None, **asked)
+
+            def delete_ip(self, address, ignore_missing):
+                cloud.calls.append(("address deleted", address.id))
+
+        class Identity:
+            def delete_application_credential(self, user, credential_id):
+                cloud.calls.append(("credential deleted", credential_id))
+
+        self.compute, self.network, self.identity = Compute(), Network(), Identity()
+        self.session = type("Session", (), {"get_user_id": staticmethod(lambda: "u")})()
+
+    def carry(self, floating_ip_id):
+        self.calls.append(("credential", floating_ip_id))
+        return {"gpu_rent_killer": '{"c":"cid","k":"the-secret"}'}, {"handed": True, "id": "cid", "name": "n-create"}
+
+
+def test_the_early_create_carries_the_killers_credential_naming_the_address_taken_before_it():
+    """Nova takes no metadata while it builds: the credential goes in the create, so a laptop lost during the
+    build leaves a server its killer can delete; the address is taken first, for the credential names it."""
+    from openstack import exceptions
+
+    cloud = _Cloud()
+    early = warm.start(cloud, _found(), ASKED, exceptions, cloud.carry)
+    assert [c[0] for c in cloud.calls] == ["address", "credential", "create"]
+    assert cloud.calls[1] == ("credential", "new-ip")
+    assert cloud.calls[2][1]["metadata"] == {"gpu-rent": "p1", "gpu_rent_killer": '{"c":"cid","k":"the-secret"}'}
+    assert early["created"] and early["killer_at_create"]["id"] == "cid"
+    assert "the-secret" not in str(early)  # the answer is printed at -v and handed to up.yml as a file
+    assert early["server"]["metadata"] == {"gpu-rent": "p1"}
+
+
+def test_a_kept_address_is_not_named_and_a_refused_create_takes_back_what_was_made_for_it():
+    from openstack import exceptions
+
+    kept = copy.deepcopy(ASKED)
+    kept["warm_start"]["floating_ip"]["keep"] = True
+    cloud = _Cloud()
+    warm.start(cloud, _found(), kept, exceptions, cloud.carry)
+    assert ("credential", None) in cloud.calls  # KEEP_FLOATING_IP: the killer never deletes it
+    cloud = _Cloud(refuse="Quota exceeded for instances")
+    early = warm.start(cloud, _found(), ASKED, exceptions, cloud.carry)
+    assert early == {"created": False, "why": "Quota exceeded for instances"}
+    assert cloud.calls[-2:] == [("address deleted", "new-ip"), ("credential deleted", "cid")]
