@@ -29,6 +29,7 @@ class Act(StrEnum):
 class Verdict:
     act: Act
     why: str
+    cause: str = ""  # what the cloud shows, without the move (FATAL: said again when the move cannot be made)
 
 
 # What roles/server/tasks/existing.yml brings back (EXPIRED: Selectel's preemptible end, by its vm_state).
@@ -48,7 +49,9 @@ def judge(status: str | None, vm_state: str | None = None, task_state: str | Non
     if status == "ERROR":
         why = f"the server is in ERROR ({raw}{'; fault: ' + fault if fault else ''})"
         # nothing on a failed server can delete it, and a cloud may bill it: the laptop ends it, never re-creates
-        return Verdict(Act.FATAL, f"{why}: deleting it (the volumes stay), not re-created; `gpu-rent up` rents anew")
+        return Verdict(
+            Act.FATAL, f"{why}: deleting it (the volumes stay), not re-created; `gpu-rent up` rents anew", why
+        )
     if task_state:  # unshelving, spawning, powering-on...: the cloud is already at it
         return Verdict(Act.WAIT, f"the cloud is at work ({raw})")
     if status == "ACTIVE":

@@ -50,7 +50,7 @@ from gpu_rent.to_vm.tunnel_record import (
 )
 from gpu_rent.util.notify import notify
 from gpu_rent.util.pids import pid_alive
-from gpu_rent.watch.decision import WATCH_SECONDS, Act, Blind, blind_killer, judge, may_recover, token_due
+from gpu_rent.watch.decision import WATCH_SECONDS, Act, Blind, Verdict, blind_killer, judge, may_recover, token_due
 
 # what the cloud or keystoneauth raise after a login: a hiccup to look past, not the VM's fault
 CLOUD_ERRORS = (openstack.exceptions.SDKException, ksa_exceptions.ClientException)
@@ -282,7 +282,7 @@ class Session:
                 raise SessionEnded(f"{why}: the tunnel closes; gpu-rent up rents it again", 0, gone=True)
             # a failed delete stays for the next tick: the session ends only once the failed server is not billing
             if verdict.act is Act.FATAL:
-                await self._end_failed(verdict.why)
+                await self._end_failed(verdict)
             if verdict.act is Act.RECOVER:
                 await self._recover(verdict.why)
 
@@ -327,14 +327,14 @@ class Session:
         if await self._delete_server(why, "gpu-rent: deleting the VM its idle-killer could not") is not False:
             self._report = None
 
-    async def _end_failed(self, why: str) -> None:
+    async def _end_failed(self, verdict: Verdict) -> None:
         """A server in ERROR: deleted, then the session ends; a delete that failed is tried at the next tick."""
-        deleted = await self._delete_server(why, "gpu-rent: the VM failed")
+        deleted = await self._delete_server(verdict.why, "gpu-rent: the VM failed")
         if deleted is None:  # not this project's server any more: it may still bill, and status names it
-            raise SessionEnded(f"{why.split(': deleting it')[0]}: not deleted (the project now names another "
-                               "server); `gpu-rent status` says what bills", 1)  # fmt: skip
+            raise SessionEnded(f"{verdict.cause}: not deleted (the project now names another server); "
+                               "`gpu-rent status` says what bills", 1)  # fmt: skip
         if deleted:
-            raise SessionEnded(why, 1)
+            raise SessionEnded(verdict.why, 1)
 
     async def _delete_server(self, why: str, title: str) -> bool | None:
         """The server deleted with the user's credential, the volumes kept, its end written for status: True

@@ -82,10 +82,11 @@ def test_a_server_in_error_is_deleted_with_the_volumes_kept_and_the_session_ends
     session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s1"}}')
     told: list[str] = []
     monkeypatch.setattr(watchdog, "notify", lambda title, body: told.append(body))
-    why = watchdog.judge("ERROR", "error", None, "disk gone").why
-    asyncio.run(session._end_failed(why))  # the delete failed: no end yet, the next tick tries again
+    verdict = watchdog.judge("ERROR", "error", None, "disk gone")
+    why = verdict.why
+    asyncio.run(session._end_failed(verdict))  # the delete failed: no end yet, the next tick tries again
     with pytest.raises(watchdog.SessionEnded, match="the server is in ERROR"):
-        asyncio.run(session._end_failed(why))
+        asyncio.run(session._end_failed(verdict))
     assert Deleting.stops == 2 and told == [why]  # the user is told once, not at every try
     end = watchdog.vm_end.read(session.settings.runtime_dir, watchdog.vm_end.END_FILE)
     assert end["server_id"] == "s1" and end["by"] == "gpu-rent watchdog" and "ERROR" in end["reason"], end
@@ -96,9 +97,12 @@ def test_a_server_in_error_the_project_no_longer_names_is_left_and_the_end_says_
     monkeypatch.setattr(watchdog, "Rental", Refusing)
     session.store.path.parent.mkdir(parents=True, exist_ok=True)
     session.store.path.write_text('{"phase": "ready_tunneled", "resources": {"server": "s2"}}')
-    why = watchdog.judge("ERROR", "error", None).why
-    with pytest.raises(watchdog.SessionEnded, match=r"not deleted \(the project now names another server\)"):
-        asyncio.run(session._end_failed(why))
+    verdict = watchdog.judge("ERROR", "error", None, "disk gone")
+    with pytest.raises(watchdog.SessionEnded) as ended:
+        asyncio.run(session._end_failed(verdict))
+    said = str(ended.value)
+    assert said.startswith("the server is in ERROR (status ERROR, vm_state error, task_state -; fault: disk gone)")
+    assert "not deleted (the project now names another server)" in said and "deleting it" not in said
 
 
 def test_a_delete_that_failed_keeps_the_report_for_the_next_tick(session, monkeypatch):
