@@ -80,7 +80,8 @@ def start(conn, asked: dict, found: dict, handover: Path) -> dict:
     from openstack import exceptions as sdk_exceptions
 
     def carry(floating_ip_id: str | None) -> tuple[dict, dict]:  # rental_lookup's _carry, on the CLI's login
-        region, interface = conn.config.get_region_name("compute"), conn.config.get_interface("compute")
+        # the playbook's region (gpu_rent_cloud_auth.region_name) names the folder: never a per-service one
+        region, interface = conn.config.region_name, conn.config.get_interface("compute")
         return _shared("gpu_rent_killer_handoff").for_create(
             conn, asked["warm_start"]["killer"], region, interface, floating_ip_id
         )

@@ -40,10 +40,14 @@ NOVA_ID = re.compile(SERVER_ID)
 
 # CREATE_NOTES: the credential a create carries in its metadata, made just before it. The server's id is not
 # known until Nova answers, so its rules allow GET and DELETE of `<compute path>/servers/*` (keystonemiddleware's
-# auth_token _path_matches: `*` is one path segment) and DELETE of the address taken before the create. It could
-# delete any server of the project; the killer uses it only on the server the metadata service says it is
-# (gpu_rent/on_vm/handoff.py instance_id). It is deleted as soon as the server's own credential is handed (prune
-# with keep, at ACTIVE: seconds after the create), by stop, and at the next create, and lives a day at most.
+# auth_token _path_matches: `*` is one path segment) and DELETE of the address taken before the create. So it
+# could delete any server of the project, and list them (`*` matches `detail` too); the killer uses it only on the
+# server the metadata service says it is (gpu_rent/on_vm/handoff.py instance_id). It is readable where the
+# server's metadata is (project members, any process on the VM) from the create until the server's own
+# credential replaces it at ACTIVE, seconds later; with the laptop lost during the build, until its killer deletes
+# the server (its metadata goes with it). The credential itself goes once the VM proved its own (the arm's unhand,
+# forget_create), at stop, at the next create, and after a day. The choice: without it, a laptop lost during the
+# build leaves a server no one can delete but a person, billing up to a day on Selectel, for ever elsewhere.
 CREATE_SUFFIX = "create"
 CREATE_DAYS = 1
 ANY_SERVER = "*"
@@ -211,8 +215,8 @@ def redacted(error: Exception, made) -> str:
 
 def prune(conn, folder: str, keep: str | None = None, servers_gone_only: bool = True) -> list[str]:
     """Delete the folder's credentials but keep's: those whose server is gone (servers_gone_only), or all
-    (stop, destroy: the folder's server is gone). The create's (CREATE_NOTES) goes once keep, the folder's
-    server, has its own. Another folder's credentials are never touched."""
+    (stop, destroy: the folder's server is gone). The create's (CREATE_NOTES) only with all: it may be all the
+    VM holds until its arm (forget_create). Another folder's credentials are never touched."""
     user = conn.session.get_user_id()
     deleted = []
     for credential in conn.identity.application_credentials(user=user):
@@ -220,13 +224,24 @@ def prune(conn, folder: str, keep: str | None = None, servers_gone_only: bool = 
         if server is None or (keep and server == keep):
             continue
         if server == CREATE_SUFFIX:
-            if servers_gone_only and not keep:
+            if servers_gone_only:
                 continue
         elif servers_gone_only and (not server or conn.compute.find_server(server, ignore_missing=True) is not None):
             continue  # one per project, from before: a VM of that version may still hold it (stop deletes it)
         conn.identity.delete_application_credential(user, credential.id)
         deleted.append(credential.name)
     return deleted
+
+
+def forget_create(conn, name: str, region: str | None) -> bool:
+    """Delete the folder's create credential (CREATE_NOTES) once its VM proved the credential of its own (the
+    arm's unhand): until then it may be all the killer holds. True when it was there."""
+    user = conn.session.get_user_id()
+    found = conn.identity.find_application_credential(user=user, name_or_id=create_name(conn, name, region),
+                                                      ignore_missing=True)  # fmt: skip
+    if found:
+        conn.identity.delete_application_credential(user, found.id)
+    return bool(found)
 
 
 def unhand(conn, server_id: str) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import re
 import time
 
@@ -99,6 +100,26 @@ KEEP_HOST_KEYS_USER_DATA = base64.b64encode(KEEP_HOST_KEYS.encode()).decode()  #
 class DroppedCreate(Exception):
     """The create's answer was lost, and whether Nova made the server could not be told, or it made none."""
 
+    def __init__(self, said: str, made_none: bool = False):
+        super().__init__(said)
+        self.made_none = made_none  # Nova listed no server of the name since: what was made for it may go
+
+
+def scrubbed(text: str, metadata: dict) -> str:
+    """An error's words without what the create carried (Nova's validation errors echo the body refused): each
+    metadata value, and each string inside one that is JSON (the killer's credential and its secret)."""
+    for value in metadata.values():
+        parts = [str(value)]
+        try:
+            inner = json.loads(value)
+            parts += [v for v in inner.values() if isinstance(v, str)] if isinstance(inner, dict) else []
+        except (TypeError, ValueError):
+            pass
+        for part in sorted(parts, key=len, reverse=True):
+            if len(part) >= 8:
+                text = text.replace(part, "********")
+    return text
+
 
 def named_servers(compute, name: str) -> list:
     """The servers of exactly this name, but a DELETED one (listed a few seconds after a stop ended at it).
@@ -146,7 +167,8 @@ def create_once(conn, **attrs):
     if looked:
         raise DroppedCreate(
             f"the answer to the create of server {name} was lost ({lost}), and no server of that name was listed "
-            f"{sum(DROP_LOOKS):.0f} s later: Nova made none, and the create was not sent again (run up again)"
+            f"{sum(DROP_LOOKS):.0f} s later: Nova made none, and the create was not sent again (run up again)",
+            made_none=True,
         )
     raise DroppedCreate(
         f"the answer to the create of server {name} was lost ({lost}), and Nova could not be asked since whether it "
@@ -221,9 +243,14 @@ def start(conn, found: dict, asked: dict, sdk_exceptions, carry=None) -> dict:
     except sdk_exceptions.HttpException as e:  # nothing was created: the server role meets it again, in words
         said = NO_ROOM.search(str(e))
         _undo(conn, address if made else None, carried)
-        return {"created": False, "why": said.group(0) if said else " ".join(str(e).split())[:300]}
+        return {"created": False, "why": said.group(0) if said else " ".join(scrubbed(str(e), metadata).split())[:300]}
     except DroppedCreate as e:  # the server role looks for it by name, and creates it if still none
+        if e.made_none:
+            _undo(conn, address if made else None, carried)
         return {"created": False, "why": str(e)}
+    except Exception:  # never sent (no endpoint, a refusal of the SDK's own): nothing was created
+        _undo(conn, address if made else None, carried)
+        raise
     created = server.to_dict(computed=False)
     created.pop("admin_password", None)  # Nova's adminPass of the create's answer: a secret, of no use here
     for key in metadata:  # the carried secret: never in an answer (module results are printed at -v)

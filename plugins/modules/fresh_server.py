@@ -123,6 +123,7 @@ try:
         existing,
         named_servers,
         project_address,
+        scrubbed,
     )
 except ImportError:
     from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, drop, for_create, make_and_hand
@@ -135,6 +136,7 @@ except ImportError:
         existing,
         named_servers,
         project_address,
+        scrubbed,
     )
 
 
@@ -220,6 +222,7 @@ class FreshServerModule(OpenStackModule):
         fault = (server.fault or {}).get("message") or f"server ended in {server.status}"
         compute.delete_server(server.id)
         compute.wait_for_delete(server, wait=self.params["timeout"])
+        drop(self.conn, killer.get("killer_at_create", {}))  # its server is gone: nothing left for it to delete
         found = NO_ROOM.search(fault)
         if found and not volumes:
             self.exit_json(changed=True, placed=False, reason=found.group(0))
@@ -264,9 +267,14 @@ class FreshServerModule(OpenStackModule):
             found = NO_ROOM.search(str(e))
             if found:  # refused at the API: nothing was created
                 self.exit_json(changed=False, placed=False, reason=found.group(0))
-            raise
+            self.fail_json(msg=f"the create of server {p['name']} was refused: {scrubbed(str(e), metadata)}")
         except DroppedCreate as e:  # Nova may have made it: what it carries and its address stay for its killer
+            if e.made_none:
+                self._undo(address, made, carried)
             self.fail_json(msg=str(e))
+        except Exception:  # never sent (no endpoint, a refusal of the SDK's own): nothing was created
+            self._undo(address, made, carried)
+            raise
         return server, address, made, carried
 
     def _ahead(self) -> tuple:

@@ -34,7 +34,10 @@ options:
   allow_unrestricted_rules: {description: No access rules in Keystone - make one without., type: bool, default: false}
   fallback_roles: {description: Roles of a credential without access rules., type: list, elements: str, default: []}
   hand: {description: "Put a credential made in the server's metadata, for its killer.", type: bool, default: true}
-  unhand: {description: "Only take the handed credential out of server_id's metadata.", type: bool, default: false}
+  unhand:
+    description: "Only take the handed credential out of server_id's metadata, and delete the create credential."
+    type: bool
+    default: false
   state: {description: present or absent., type: str, default: present, choices: [present, absent]}
 extends_documentation_fragment:
   - openstack.cloud.openstack
@@ -93,9 +96,12 @@ class IdleKillerCredentialModule(OpenStackModule):
         identity = self.conn.identity
         user = self.conn.session.get_user_id()
         folder = handoff.folder_name(self.conn, p["name"], p["region_name"])
-        if p["unhand"]:  # the VM proved the credential it holds: out of the server's metadata
-            taken = False if self.ansible.check_mode else handoff.unhand(self.conn, p["server_id"])
-            self.exit_json(changed=taken)
+        if p["unhand"]:  # the VM proved the credential it holds: out of the server's metadata, and the create's gone
+            if self.ansible.check_mode:
+                self.exit_json(changed=False)
+            taken = handoff.unhand(self.conn, p["server_id"])
+            forgotten = handoff.forget_create(self.conn, p["name"], p["region_name"])
+            self.exit_json(changed=taken or forgotten)
         if p["state"] == "absent":
             if p["server_id"]:
                 found = self._find(handoff.credential_name(self.conn, p["name"], p["region_name"], p["server_id"]))

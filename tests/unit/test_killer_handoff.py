@@ -143,16 +143,23 @@ def test_a_create_credential_keystone_refused_or_stripped_of_its_rules_is_said_a
     assert metadata == {} and said == {"handed": False, "why": "403 Forbidden: access rules are not allowed"}
 
 
-def test_the_creates_credential_goes_once_the_server_has_its_own_and_at_stop_never_before():
+def test_the_creates_credential_goes_once_the_vm_proved_its_own_and_at_stop_never_before():
+    """A make's prune keeps it (it may be all the killer holds until the arm proves the server's own); the arm's
+    unhand forgets it; stop deletes every credential of the folder."""
     folder = "lab-idle-killer-a1b2c3d4-ru-7"
-    names = [f"{folder}-create", f"{folder}-{SERVER}", f"lab-2-{folder}-create"]
+    names = [f"{folder}-create", f"{folder}-{SERVER}", f"{folder}-{OTHER}", "lab-2-idle-killer-a1b2c3d4-ru-7-create"]
     deleted: list[str] = []
     conn = SimpleNamespace(
+        current_project_id="a1b2c3d4e5f6",
         session=SimpleNamespace(get_user_id=lambda: "u"),
         identity=SimpleNamespace(application_credentials=lambda user: [SimpleNamespace(id=n, name=n) for n in names],
+                                 find_application_credential=lambda user, name_or_id, ignore_missing: next(
+                                     (SimpleNamespace(id=n) for n in names if n == name_or_id), None),
                                  delete_application_credential=lambda user, cid: deleted.append(cid)),
-        compute=SimpleNamespace(find_server=lambda sid, ignore_missing: SimpleNamespace(id=sid)),  # all there
+        compute=SimpleNamespace(find_server=lambda sid, ignore_missing: None),  # every server gone
     )  # fmt: skip
-    assert handoff.prune(conn, folder) == []  # a server may be building with it, its laptop gone
-    assert handoff.prune(conn, folder, keep=SERVER) == [f"{folder}-create"]
-    assert handoff.prune(conn, folder, servers_gone_only=False) == [f"{folder}-create", f"{folder}-{SERVER}"]
+    assert handoff.prune(conn, folder, keep=SERVER) == [f"{folder}-{OTHER}"]
+    assert handoff.forget_create(conn, "lab-idle-killer", "ru-7") and deleted[-1] == f"{folder}-create"
+    assert not handoff.forget_create(conn, "lab-idle-killer", "ru-9")  # another region's folder: none of it
+    assert handoff.prune(conn, folder, servers_gone_only=False) == [
+        f"{folder}-create", f"{folder}-{SERVER}", f"{folder}-{OTHER}"]  # fmt: skip

@@ -153,9 +153,10 @@ def test_the_projects_address_is_read_alike_from_openstacksdk_resources():
 
 
 class _Cloud:
-    """Nova, Neutron and Keystone as an early create meets them, each call recorded in order."""
+    """Nova, Neutron and Keystone as an early create meets them, each call recorded in order; refuse: Nova's
+    words of a refusal, or an exception the create raises."""
 
-    def __init__(self, refuse: str | None = None):
+    def __init__(self, refuse: str | Exception | None = None):
         from openstack.compute.v2.server import Server
         from openstack.network.v2.floating_ip import FloatingIP
 
@@ -168,10 +169,12 @@ class _Cloud:
 
             def create_server(self, **attrs):
                 cloud.calls.append(("create", attrs))
+                if isinstance(refuse, Exception):
+                    raise refuse
                 if refuse:
                     from openstack import exceptions
 
-                    raise exceptions.HttpException(message=refuse, http_status=403)
+                    raise exceptions.HttpException(message=refuse, http_status=400)
                 return Server(id="s1", name=attrs["name"], metadata=dict(attrs["metadata"]), status="BUILD")
 
         class Network:
@@ -221,3 +224,24 @@ def test_a_kept_address_is_not_named_and_a_refused_create_takes_back_what_was_ma
     early = warm.start(cloud, _found(), ASKED, exceptions, cloud.carry)
     assert early == {"created": False, "why": "Quota exceeded for instances"}
     assert cloud.calls[-2:] == [("address deleted", "new-ip"), ("credential deleted", "cid")]
+
+
+def test_a_create_never_sent_or_whose_drop_made_none_takes_back_what_was_made_for_it_and_says_no_secret():
+    from openstack import exceptions
+
+    undone = [("address deleted", "new-ip"), ("credential deleted", "cid")]
+    cloud = _Cloud(refuse=warm.DroppedCreate("lost; Nova made none", made_none=True))
+    assert warm.start(cloud, _found(), ASKED, exceptions, cloud.carry)["created"] is False
+    assert cloud.calls[-2:] == undone
+    cloud = _Cloud(refuse=warm.DroppedCreate("lost; Nova could not be asked"))  # it may exist: its killer needs both
+    warm.start(cloud, _found(), ASKED, exceptions, cloud.carry)
+    assert cloud.calls[-1][0] == "create"
+    cloud = _Cloud(refuse=exceptions.EndpointNotFound("no compute endpoint"))
+    with pytest.raises(exceptions.EndpointNotFound):
+        warm.start(cloud, _found(), ASKED, exceptions, cloud.carry)
+    assert cloud.calls[-2:] == undone
+    # Nova's validation errors echo the body refused: the carried credential never in the words kept
+    cloud = _Cloud(refuse="Invalid input for field/attribute server. Value: {'metadata': {'gpu_rent_killer': "
+                          "'{\"c\":\"cid\",\"k\":\"the-secret\"}'}}")  # fmt: skip
+    why = warm.start(cloud, _found(), ASKED, exceptions, cloud.carry)["why"]
+    assert "the-secret" not in why and "Invalid input" in why, why
