@@ -543,6 +543,33 @@ def test_the_credential_is_refused_for_all_but_reading_and_deleting_its_own_serv
     assert admin_conn.compute.get_server(stranger.id).id == stranger.id
 
 
+def test_arming_a_second_folders_server_in_the_same_project_leaves_the_firsts_credential_proven(vm, member_conn, net):
+    """Two project folders (two NAMEs) in one cloud project, each with its server: arming the second makes a
+    credential of its own folder and never deletes or replaces the first's (Keystone keeps credentials per user,
+    not per project, and a prune touches only its folder's); the first's killer proves the one it held."""
+    cloud = vm.cloud
+    held = json.loads(ssh(vm.address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_id"]
+    data = cloud.volume(4)
+    second = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
+    address = cloud.floating_ip(second)
+    fip_id = next(member_conn.network.ips(floating_ip_address=address)).id
+    wait_for_ssh(address)
+    name = unique("t-killer-second")
+    cloud.later(lambda: drop_killer_credentials(member_conn, name))
+    extra = vm.extra | {"gpu_rent_server_id": second.id, "idle_killer_credential_name": name,
+                        "gpu_rent_floating_ip_id": fip_id, "idle_killer_idle_seconds": 3600}  # fmt: skip
+    armed = run_playbook("idle_killer.yml", (address, data.id), vm.workdir, **extra)
+    assert armed.returncode == 0, converged(armed)
+    theirs = json.loads(ssh(address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_id"]
+    assert theirs != held
+    user = member_conn.current_user_id
+    assert member_conn.identity.get_application_credential(user, held).id == held  # never pruned by the second
+    rearm(vm)  # the first folder's killer proves again what it holds, and keeps it
+    assert json.loads(ssh(vm.address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_id"] == held
+    assert killer_status(vm.address)["credential"]["state"] == "ok"
+    assert killer_status(address)["credential"]["state"] == "ok"
+
+
 def test_a_reboot_inside_the_guest_keeps_the_server_and_its_killer(vm):
     """The last breath runs at every shutdown and acts on a poweroff only: a reboot stays a reboot (the ground's
     agent starts a host that rebooted again, as a VM's own reboot comes back)."""
