@@ -143,6 +143,13 @@ def test_the_first_boots_config_is_the_arms_but_for_what_only_the_arm_knows(rend
     assert rendered["first_boot"]["config_file"] == paths.CONFIG_FILE
 
 
+def here(tmp_path: Path) -> dict:
+    """The config's files on the VM, in tmp_path instead: no test touches this machine's /run or /var/lib."""
+    return {"instance_data_file": str(tmp_path / "instance-data.json"), "status_file": str(tmp_path / "status.json"),
+            "memory_file": str(tmp_path / "lib" / "memory.json"), "last_words_file": str(tmp_path / "lib" / "lw.json"),
+            "hold_file": str(tmp_path / "hold"), "seeding_lock": str(tmp_path / "seeding")}  # fmt: skip
+
+
 def run_installer(rendered: dict, root: Path) -> list[list[str]]:
     """The installer cloud-init would run, into root; the systemctl calls it made."""
     script = gzip.decompress(base64.b64decode(first_boot.user_data(rendered["first_boot"])))
@@ -192,11 +199,8 @@ def test_the_first_tick_takes_the_server_and_credential_handed_to_it(rendered, t
     cloud = cloud_answering(200, {"server": {"id": NEW, "status": "ACTIVE"}})
     service = metadata(NEW, handed())
     raw = json.loads(rendered["first_boot"]["config"])
-    raw |= {"auth_url": f"{cloud.url}/v3", "metadata_url": service.url,  # the loopback cloud, and files in tmp
-            "instance_data_file": str(tmp_path / "instance-data.json"), "status_file": str(tmp_path / "status.json"),
-            "memory_file": str(tmp_path / "lib" / "memory.json"), "last_words_file": str(tmp_path / "lib" / "lw.json"),
-            "hold_file": str(tmp_path / "hold"), "seeding_lock": str(tmp_path / "seeding"), "gpu_percent": None,
-            "shell": False, "credential_check_seconds": 0}  # fmt: skip
+    raw |= {"auth_url": f"{cloud.url}/v3", "metadata_url": service.url, "gpu_percent": None, "shell": False,
+            "credential_check_seconds": 0, **here(tmp_path)}  # fmt: skip
     path = tmp_path / "gpu-rent" / "idle-killer.json"
     assert idle_killer.first_boot(path, json.dumps(raw)) == 0
     cfg = Config.load(path)
@@ -211,10 +215,26 @@ def test_the_first_tick_takes_the_server_and_credential_handed_to_it(rendered, t
     assert ("GET", f"/compute/v2.1/servers/{NEW}") in cloud.asked
     # the arm, the laptop alive: its config replaces the first boot's whole, the secret filled in from the VM's
     arm = dict(rendered["arm"], server_id=NEW, credential_id="new-cred", credential_secret=None,
-               auth_url=f"{cloud.url}/v3", metadata_url=service.url,
-               status_file=str(tmp_path / "status.json"))  # fmt: skip
+               auth_url=f"{cloud.url}/v3", metadata_url=service.url, **here(tmp_path))  # fmt: skip
     handoff.forget()
     assert idle_killer.arm(path, json.dumps(arm, indent=4, sort_keys=True), None) == 0
     armed = json.loads(path.read_text())
     assert armed == dict(arm, credential_secret="new-secret")
     assert armed["swarmui_url"] and armed["data_mount"] == paths.DATA_MOUNT and "armed_at" not in armed
+
+
+def test_an_arm_before_the_first_tick_replaces_the_first_boots_config_the_secret_from_the_metadata(
+    rendered, tmp_path, cloud_answering, metadata
+):
+    """The arm over SSH often comes before the first tick (a minute after cloud-init's last stage): the config it
+    finds holds no credential, and the one up handed the server is read where up put it."""
+    cloud = cloud_answering(200, {"server": {"id": NEW, "status": "ACTIVE"}})
+    service = metadata(NEW, handed())
+    path = tmp_path / "gpu-rent" / "idle-killer.json"
+    assert idle_killer.first_boot(path, rendered["first_boot"]["config"] + "\n") == 0
+    arm = dict(rendered["arm"], server_id=NEW, credential_id="new-cred", credential_secret=None,
+               auth_url=f"{cloud.url}/v3", metadata_url=service.url, **here(tmp_path))  # fmt: skip
+    handoff.forget()
+    assert idle_killer.arm(path, json.dumps(arm, indent=4, sort_keys=True), None) == 0
+    assert json.loads(path.read_text()) == dict(arm, credential_secret="new-secret")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
