@@ -20,8 +20,8 @@ from the stopped project's volumes and deleted at once):
             trips: the credential and the metadata are two calls). Nova refuses a building server's metadata.
   warm      create -> the kept killer proven for the new server (it took the carried credential, no SSH): the
             window plus the guest's boot; goal <= 5 round trips, the issue's 2 s at the ground's ~0.4 s.
-  cold      create -> the killer proven; on a boot from IMAGE only the arm over SSH installs it today (until
-            cloud-init's user data does, issue 37), so this is most of the first bootstrap.
+  cold      create -> the killer proven; on a boot from IMAGE the arm over SSH or the killer cloud-init's user
+            data installed (issue 37; its first tick comes a minute after cloud-init's last stage), the first.
 Destroys the rental at the end, whatever happened.
 """
 

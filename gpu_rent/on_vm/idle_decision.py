@@ -28,7 +28,10 @@ The rules, in order (SPEC §7, with the order of work and trouble fixed by issue
    HTTP 5xx, an answer of another shape, a model of a long keep-alive whose end
    did not move): never
    silently idle. An LLM runtime that is not there to ask (nothing listens on
-   its port, the route is switched off) is only named: it can run nothing;
+   its port, the route is switched off) is only named: it can run nothing. At a
+   server's first boot from the image, before the arm installs anything, its
+   config asks no SwarmUI, no data volume and no LLM runtime: none of them is
+   trouble, as none is there yet;
 6. then the clock runs, and the VM goes when it has run IDLE_MINUTES. It never
    runs from before the last key typed in a terminal (a person in an SSH shell):
    a shell keeps the VM IDLE_MINUTES after its last input, and a terminal left
@@ -136,6 +139,9 @@ class Observation:
     # None when SwarmUI did not answer
     status: dict | None = None
     error: str | None = None  # why SwarmUI did not answer
+    # False: no SwarmUI to ask yet (the config cloud-init writes at a server's first boot from the image, before the
+    # arm installs SwarmUI): neither it nor a ComfyUI is work or trouble, where an absent one would be trouble
+    swarmui: bool = True
     # the status of each of gpu-rent's own backends in ListBackends (our_backends); None when
     # ListBackends was not read: then SwarmUI's aggregate backend_status is all there is
     backends: tuple[str, ...] | None = None
@@ -249,6 +255,7 @@ def decide(seen: Observation, limits: Limits, memory: Memory) -> Decision:
         memory = replace(memory, troubled_since=None)
         running = backends_line(seen.backends)
         reason = f"queue empty, {running}" if running else "queue empty"
+        reason = reason if seen.swarmui else "SwarmUI not installed yet"
     for note in (_quiet_gpu(seen, limits), _quiet_llm(seen)):
         reason = f"{reason}, {note}" if note else reason
 
@@ -305,6 +312,8 @@ def _swarm_trouble(seen: Observation) -> str | None:
     """Why SwarmUI cannot work, most basic first; None when one of our backends runs."""
     if seen.data_volume:
         return f"data volume {seen.data_volume}"
+    if not seen.swarmui:
+        return None
     if seen.status is None:
         return f"SwarmUI not answering ({_line(seen.error or 'no reply')})"
     if "error" in seen.status or "error_id" in seen.status:

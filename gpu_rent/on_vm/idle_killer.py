@@ -15,6 +15,9 @@ paths), so it is standard library only. Commands:
   busy    the generations a restart of SwarmUI would cut (its counters, each ComfyUI's queue), read as a
           tick reads them (idle_decision.queued_work); --wait SECONDS: until none run. Exit 0 none, 3 some
           (named on stdout); with no config, its defaults (the swarmui role asks before it restarts SwarmUI)
+  first-boot  write the config read from stdin (root only) unless one is there: cloud-init's installer at a
+          server's first boot from the image (plugins/module_utils/gpu_rent_first_boot.py); it names no server
+          and holds no credential, which the first tick takes from the metadata service (take_handoff)
 
 What a tick looks at (idle_look): SwarmUI's GetGlobalStatus (every session's counters) and ListBackends (our
 self-start ComfyUI backends, one per GPU) in one session kept from tick to tick; the queue of every
@@ -105,6 +108,7 @@ class Config:
     idle_seconds: float = 1800
     grace_seconds: float = 900
     cap_seconds: float = 3600
+    # empty: no SwarmUI to ask (the first boot's config, before the arm installs it): nor its ComfyUIs
     swarmui_url: str = "http://127.0.0.1:7801"
     # gpu-rent's backends in ListBackends: self-start ComfyUI from this script (roles/swarmui)
     comfy_start_script: str = OUR_START_SCRIPT
@@ -371,8 +375,9 @@ def not_this_server(cfg: Config) -> str | None:
     that has not been handed its credential yet, where the old one would delete nothing, or worse, another VM)."""
     own = own_instance_id(cfg)
     if own and own != cfg.server_id:
-        return (f"this VM is server {own} but the killer is armed for {cfg.server_id}: it waits for the credential "
-                "up hands it (the server's metadata) or its arm")  # fmt: skip
+        armed = f"armed for {cfg.server_id}" if cfg.server_id else "installed at its first boot, for no server yet"
+        return (f"this VM is server {own} but the killer is {armed}: it waits for the credential up hands it (the "
+                "server's metadata) or its arm")  # fmt: skip
     return None
 
 
@@ -618,6 +623,10 @@ def look_at_disk(cfg: Config, now: float) -> dict:
 
 def look_at_swarm(cfg: Config, status: dict, now: float) -> tuple[Observation, SwarmLook, list[dict]]:
     """What SwarmUI and its ComfyUIs say: the generations they hold, their backends."""
+    booted_at = max(float(status.get("booted_at") or now), cfg.armed_at)
+    if not cfg.swarmui_url:  # none installed yet: nothing to ask, and no trouble (idle_decision's swarmui)
+        seen = Observation(now=now, booted_at=booted_at, restored_at=status.get("restored_at"), swarmui=False)
+        return seen, SwarmLook(None, None, None, None, None), []
     swarm = swarm_look(cfg.swarmui_url, status.get("session_id"), cfg.comfy_start_script)
     # one read of the service's processes: its ComfyUIs' ports, and the installs it runs beside them
     commands = unit_commands(cfg.cgroup_root, cfg.swarmui_unit, cfg.proc_root)
@@ -625,7 +634,7 @@ def look_at_swarm(cfg: Config, status: dict, now: float) -> tuple[Observation, S
     comfy = comfy_queues(ports)
     seen = Observation(
         now=now,
-        booted_at=max(float(status.get("booted_at") or now), cfg.armed_at),
+        booted_at=booted_at,
         restored_at=status.get("restored_at"),
         status=swarm.status,
         error=swarm.error,
@@ -962,6 +971,23 @@ def arm(path: Path, text: str, look_unit: str | None) -> int:
     return 0
 
 
+def first_boot(path: Path, text: str) -> int:
+    """The first boot's config, written as the arm writes one (write_config) but only where none is: cloud-init's
+    final stage runs once sshd is up, so the arm may have come first, and its config must stay."""
+    try:
+        with config_lock(path):
+            if path.exists():
+                print(f"{INFO}idle-killer config {path} kept: the arm wrote it first", file=sys.stderr)
+                return 0
+            write_config(path, text)
+    except (OSError, ValueError, TypeError) as e:
+        print(f"{CRIT}idle-killer config {path} not written, this VM cannot delete itself: {e}", file=sys.stderr)
+        return 2
+    print(f"{INFO}idle-killer config {path} written for the first boot: it takes its server and credential from "
+          "the metadata service", file=sys.stderr)  # fmt: skip
+    return 0
+
+
 # How often busy --wait looks again, and says what still runs.
 BUSY_LOOK_SECONDS = 10
 
@@ -987,13 +1013,15 @@ def busy(cfg: Config, wait: float = 0, say=print) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-rent-idle-killer", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("tick", "check", "arm", "busy"))
+    parser.add_argument("command", choices=("tick", "check", "arm", "busy", "first-boot"))
     parser.add_argument("--config", default=paths.CONFIG_FILE)
     parser.add_argument("--look", metavar="UNIT", help="arm: start UNIT (the killer's service) after the check")
     parser.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="busy: until no generation runs")
     args = parser.parse_args(argv)
     if args.command == "arm":
         return arm(Path(args.config), sys.stdin.read(), args.look)
+    if args.command == "first-boot":
+        return first_boot(Path(args.config), sys.stdin.read())
     if args.command == "busy":
         unarmed = Config(server_id="", auth_url="", credential_id=None, credential_secret=None)
         try:

@@ -24,6 +24,9 @@ description:
   - The create is sent once (openstacksdk would send it again after a dropped connection); after a drop the
     server of that name is adopted, or the module fails in words (none made, or not known).
   - A server from kept volumes is told (user data) to keep its boot volume's host keys, which up pins.
+  - With I(first_boot), a create from the image carries as its user data the idle-killer's installer, which
+    cloud-init runs at the server's first boot (module_utils/gpu_rent_first_boot.py); one over Nova's 65535 bytes
+    fails in one line before anything is made.
   - The server's port is returned, so the floating IP is attached without a lookup of its own.
   - With I(created_early), a server of that name found is the one up's lookup asked for moments ago
     (rental_lookup's warm_start); it is adopted as above, and reported as made by this up.
@@ -74,6 +77,19 @@ options:
       name: {description: The project folder's credential name., type: str, required: true}
       days: {description: Days the credential lives., type: int, default: 7}
       rule_path: {description: "Access rule path; default: the compute endpoint's path + /servers/<id>.", type: str}
+  first_boot:
+    description:
+      - "What cloud-init installs at the first boot of a server made from the image (the idle_killer role's
+        first_boot.yml renders it): the on_vm package and the killer's units, a config that names no server yet,
+        the units started. No secret: the killer takes its credential from the metadata service."
+      - "Only with I(volumes_exist) false: a kept boot volume holds its killer already."
+    type: dict
+    suboptions:
+      program_dir: {description: The folder the on_vm package goes into., type: str, required: true}
+      files: {description: "Each file's path on the VM and its content (mode 0644).", type: dict, required: true}
+      config_file: {description: The killer's config (written 0600 unless one is there)., type: str, required: true}
+      config: {description: The first boot's config (JSON)., type: str, required: true}
+      start: {description: The units enabled and started., type: list, elements: str, required: true}
 extends_documentation_fragment:
   - openstack.cloud.openstack
 """
@@ -108,6 +124,11 @@ from ansible_collections.openstack.cloud.plugins.module_utils.openstack import O
 # was made, try elsewhere. As a collection's module, or (playbooks/library in a direct run) with
 # playbooks/module_utils beside it.
 try:
+    from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_first_boot import (
+        FIRST_BOOT_OPTIONS,
+        too_big,
+        user_data,
+    )
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_killer_handoff import (
         KILLER_OPTIONS,
         drop,
@@ -126,6 +147,7 @@ try:
         scrubbed,
     )
 except ImportError:
+    from ansible.module_utils.gpu_rent_first_boot import FIRST_BOOT_OPTIONS, too_big, user_data
     from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, drop, for_create, make_and_hand
     from ansible.module_utils.gpu_rent_lookup import without_handoff
     from ansible.module_utils.gpu_rent_warm_start import (
@@ -138,6 +160,20 @@ except ImportError:
         project_address,
         scrubbed,
     )
+
+
+def create_user_data(volumes_exist: bool, first_boot: dict | None) -> tuple[str | None, str | None]:
+    """(the create's user data, base64, or None; why the create may not be sent, or None). From kept volumes: keep
+    their host keys (USER_DATA_NOTES), the killer is on them. From the image: the killer's installer, if given, with
+    cloud-init's default host keys (the volume's own)."""
+    if volumes_exist:
+        if first_boot:
+            return None, "first_boot is for a create from the image: a kept boot volume holds its killer already"
+        return KEEP_HOST_KEYS_USER_DATA, None
+    if not first_boot:
+        return None, None
+    encoded = user_data(first_boot)
+    return encoded, too_big(encoded)
 
 
 def released(made: bool, keep: bool, attached: bool) -> bool:
@@ -169,12 +205,17 @@ class FreshServerModule(OpenStackModule):
         ),
         created_early=dict(type="bool", default=False),
         killer=dict(type="dict", options=KILLER_OPTIONS),
+        first_boot=dict(type="dict", options=FIRST_BOOT_OPTIONS),
     )
 
     def run(self):
         p = self.params
         if not p["volumes_exist"] and not p["image"]:  # the base class passes no required_if on
             self.fail_json(msg="image is required when the create makes the volumes (volumes_exist false)")
+        # before anything is made or looked up: a create Nova would refuse must leave no address, no credential
+        data, refused = create_user_data(p["volumes_exist"], p["first_boot"])
+        if refused:
+            self.fail_json(msg=refused)
         compute = self.conn.compute
         named = named_servers(compute, p["name"])  # find_server would take a DELETED one, and fail on two
         if len(named) > 1:  # the server role refuses two first; only a race gets here
@@ -186,7 +227,7 @@ class FreshServerModule(OpenStackModule):
         made_here = server is None or p["created_early"]
         killer = {}
         if server is None:
-            server, address, made, carried = self._create()
+            server, address, made, carried = self._create(data)
             if carried:
                 killer["killer_at_create"] = carried
         else:
@@ -230,7 +271,7 @@ class FreshServerModule(OpenStackModule):
         kept = f"; the volumes it made are kept as {kept} and pin pool {pool}" if kept else ""
         self.fail_json(msg=f"the server {p['name']} failed as {p['flavor']} in {pool}: {fault}{kept}", **volumes)
 
-    def _create(self):
+    def _create(self, data: str | None):
         """(the server, the project's address and whether made here, what the create's credential is)."""
         p = self.params
         compute = self.conn.compute
@@ -259,8 +300,7 @@ class FreshServerModule(OpenStackModule):
                 tags=p["tags"],
                 metadata={**p["metadata"], **metadata},
                 block_device_mapping=mappings,
-                # from kept volumes their host keys stay (USER_DATA_NOTES); from the image, cloud-init makes them
-                **({"user_data": KEEP_HOST_KEYS_USER_DATA} if p["volumes_exist"] else {}),
+                **({"user_data": data} if data else {}),  # create_user_data's
             )
         except self.sdk.exceptions.HttpException as e:
             self._undo(address, made, carried)

@@ -336,6 +336,51 @@ def test_a_data_volume_grown_at_boot_is_work_until_the_hung_time_then_trouble_ag
     assert beyond.reason == "data volume not mounted at /mnt/swarm_data: counted as busy for 60 min more"
 
 
+# The config cloud-init writes at a first boot from the image (roles/idle_killer vars idle_killer_first_boot_config):
+# no SwarmUI to ask, no data volume checked (data_volume None), no LLM runtime asked (llm None).
+FIRST_BOOT = {"status": None, "swarmui": False}
+
+
+def test_at_a_first_boot_nothing_not_installed_yet_is_trouble_the_clock_runs_after_the_grace():
+    """Before the arm installs anything, an absent SwarmUI is what the VM is, not a fault: the VM goes
+    IDLE_MINUTES after the grace, not after the trouble's cap as well."""
+    start, before, end = run([seen(LATE + m * MIN, **FIRST_BOOT) for m in (0, 29, 30)])
+    assert start.reason == "SwarmUI not installed yet, idle for 0 min" and start.fires_at == LATE + 30 * MIN
+    assert start.memory.troubled_since is None and before.action == KEEP
+    assert end.action == DELETE and end.reason.endswith("idle for 30 min: deleting this server")
+    # the very same look with SwarmUI installed is trouble, counted as busy up to the cap
+    assert decide(seen(status=None, error="refused"), LIMITS, Memory()).reason.startswith("SwarmUI not answering")
+
+
+@pytest.mark.parametrize(
+    ("kw", "named"),
+    [
+        ({"now": BOOT + 10 * MIN}, "grace after boot, 35 min left"),
+        ({"hold_until": LATE + 5 * MIN}, "hold for 5 min more"),
+        ({"gpus": ((0, 80.0, 100.0),)}, "GPU 0 at 80 %"),
+        ({"keep_alive": True}, "KEEP_ALIVE_COMMAND exits 0"),
+        ({"seeding_until": LATE + MIN}, "seeding runs (extensions, models or a push)"),
+        ({"shell_input": (LATE - MIN, "pts/0 (root)")}, "typed in pts/0 (root) 1 min ago"),
+        ({"gpus": None, "gpu_error": "Failed to initialize NVML"}, "GPU not read (Failed to initialize NVML)"),
+        ({"keep_alive_error": "exit 127: not found"}, "KEEP_ALIVE_COMMAND exit 127: not found"),
+    ],
+    ids=["grace", "hold", "gpu", "keep-alive", "seeding", "shell", "gpu-unread", "keep-alive-broken"],
+)
+def test_at_a_first_boot_the_grace_a_hold_the_gpu_a_shell_and_the_keep_alive_command_still_count(kw, named):
+    """A clock idle long enough to delete the VM: each of these keeps it (work, or trouble up to its cap) as
+    on any VM; the not-installed-yet SwarmUI, data volume and LLM runtime count for nothing."""
+    quiet_gpu = {"gpus": ((0, 0.0, 0.0),)}
+    decision = decide(seen(**(FIRST_BOOT | quiet_gpu | kw)), ALL_ON, Memory(idle_since=LATE - 40 * MIN))
+    assert decision.action == KEEP and named in decision.reason, decision.reason
+    assert "SwarmUI not answering" not in decision.reason and "data volume" not in decision.reason
+
+
+def test_at_a_first_boot_a_data_volume_checked_is_trouble_still():
+    """Each part of the first boot's config stands alone: a data_mount given is checked, SwarmUI or not."""
+    decision = decide(seen(data_volume="not mounted at /mnt/swarm_data", **FIRST_BOOT), LIMITS, Memory())
+    assert decision.reason == "data volume not mounted at /mnt/swarm_data: counted as busy for 60 min more"
+
+
 def listing(*entries: dict) -> dict:
     """ListBackends' answer: an object keyed by backend id, each BackendAPI.BackendToNet's shape."""
     return {str(n): {"id": n, "enabled": True, "title": "", "features": [], "modcount": 0} | e

@@ -6,6 +6,7 @@ Neutron's proxy (meta_data.json: uuid, meta); the real one, on the ground's host
 
 from __future__ import annotations
 
+import io
 import json
 import stat
 from pathlib import Path
@@ -187,3 +188,37 @@ def test_a_config_without_a_metadata_url_never_asks_one(tmp_path, cloud_answerin
     assert handoff.read_metadata(cfg.metadata_url) is None
     assert idle_killer.take_handoff(Path(tmp_path / "idle-killer.json"), cfg, 1.0) == cfg
     assert isinstance(Config.load(tmp_path / "idle-killer.json"), Config)
+
+
+def test_the_first_boots_config_is_written_root_only_and_never_over_a_config_there(tmp_path, monkeypatch, capsys):
+    """cloud-init's installer writes it at a first boot from the image (idle_killer first-boot); the arm may have
+    written its own first (cloud-init's final stage runs once sshd is up), which stays."""
+    path = tmp_path / "gpu-rent" / "idle-killer.json"
+    first = json.dumps({"server_id": "", "auth_url": "http://127.0.0.1:9/v3", "credential_id": None,
+                        "credential_secret": None, "swarmui_url": ""}) + "\n"  # fmt: skip
+    monkeypatch.setattr("sys.stdin", io.StringIO(first))
+    assert idle_killer.main(["first-boot", "--config", str(path)]) == 0
+    assert path.read_text() == first and Config.load(path).server_id == ""
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    armed = json.dumps({"server_id": SERVER, "auth_url": "http://127.0.0.1:9/v3", "credential_id": "c",
+                        "credential_secret": "s"})  # fmt: skip
+    path.write_text(armed)
+    assert idle_killer.first_boot(path, first) == 0 and path.read_text() == armed
+    assert "kept: the arm wrote it first" in capsys.readouterr().err
+    # one the tick could not load is refused in words, and nothing is left behind
+    assert idle_killer.first_boot(tmp_path / "other" / "idle-killer.json", "{not json") == 2
+    assert "cannot delete itself" in capsys.readouterr().err and list((tmp_path / "other").iterdir()) == [
+        tmp_path / "other" / "idle-killer.json.lock"
+    ]
+
+
+def test_a_first_boots_config_never_acts_before_it_is_handed_a_credential(tmp_path, cloud_answering, metadata):
+    cloud = cloud_answering(200, {"server": {"id": NEW}})
+    service = metadata(NEW, {})
+    cfg = config(tmp_path, cloud, metadata_url=service.url, server_id="", credential_id=None, credential_secret=None)
+    assert idle_killer.take_handoff(tmp_path / "idle-killer.json", cfg, 100.0) == cfg
+    result = idle_killer.check_and_record(cfg)
+    assert result["state"] == "refused"
+    assert result["message"].startswith(f"this VM is server {NEW} but the killer is installed at its first boot,")
+    assert idle_killer.delete_self(cfg, {}, 0.0, print, "idle")["acted"].startswith("CREDENTIAL REFUSED, not deleted")
+    assert cloud.asked == []

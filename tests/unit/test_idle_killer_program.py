@@ -159,6 +159,25 @@ def test_a_download_being_written_keeps_the_vm_and_is_named(tmp_path, swarm):
     assert status["reason"] == "download of Stable-Diffusion/flux.download.tmp"
 
 
+def test_a_first_boots_config_asks_no_swarmui_and_no_comfyui_and_counts_no_trouble(tmp_path, monkeypatch):
+    """swarmui_url empty (the config cloud-init writes at a first boot from the image): neither SwarmUI nor the
+    processes of its unit are read, and their absence is no trouble; busy has nothing to wait for."""
+
+    def asked(*args, **kwargs):
+        raise AssertionError("SwarmUI or its unit was asked")
+
+    monkeypatch.setattr(idle_killer, "swarm_look", asked)
+    monkeypatch.setattr(idle_killer, "unit_commands", asked)
+    monkeypatch.setattr(idle_killer, "comfy_queues", asked)
+    cfg = config(tmp_path, free_port(), swarmui_url="", models_dirs=[], llm=False)
+    status, said = tick(cfg)
+    assert status["action"] == "keep" and status["reason"] == "SwarmUI not installed yet, idle for 0 min"
+    assert status["memory"]["troubled_since"] is None and status["fires_at"] == pytest.approx(status["tick_at"] + 600)
+    assert (status["session_id"], status["backends"], status["comfyui"]) == (None, None, [])
+    assert said[0].startswith("<6>keep: SwarmUI not installed yet")
+    assert idle_killer.busy(cfg) == 0
+
+
 def test_a_restarted_swarmui_is_read_again_and_a_dead_one_counts_as_busy_up_to_the_cap(tmp_path):
     swarm, proc = start(tmp_path / "a" / "SwarmUI")
     try:
