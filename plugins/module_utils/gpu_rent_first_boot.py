@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import lzma
 
 LIMIT = 65535  # Nova: the create's user_data, base64 (SIZE_NOTES)
 
@@ -42,9 +41,10 @@ FIRST_BOOT_OPTIONS = dict(
     start=dict(type="list", elements="str", required=True),
 )
 
-# Python 3.8 up (Ubuntu 20.04's); the standard library only. Files are replaced whole, as the arm's copy does: the
-# arm may run beside it (sshd is up before cloud-init's final stage), and writes the very same bytes. --no-block:
-# the boot's last stage never waits on a start job (one ordered after that stage would wait on it in turn).
+# Python 3.10 up, as the killer itself (zip strict); the standard library only. Files are replaced whole, as the
+# arm's copy does: the arm may run beside it (sshd is up before cloud-init's final stage), and writes the very same
+# bytes. --no-block: the boot's last stage never waits on a start job (one ordered after that stage would wait on
+# it in turn).
 INSTALLER = """#!/usr/bin/python3
 # gpu-rent: the idle-killer, installed at this server's first boot from the image (cloud-init user data), so that it
 # deletes the server when nothing works on it, whatever becomes of the laptop (docs/idle-killer.md).
@@ -94,6 +94,8 @@ def installer(spec: dict) -> str:
     packed = {"program_dir": spec["program_dir"], "files": spec["files"], "config_file": spec["config_file"],
               "config": config, "start": list(spec["start"])}  # fmt: skip
     text = json.dumps(packed, sort_keys=True, ensure_ascii=False).encode()
+    import lzma  # here: a laptop's Python built without xz (_lzma) still makes every other create
+
     payload = base64.b64encode(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME)).decode()
     return INSTALLER.replace("{payload}", payload)
 

@@ -82,7 +82,8 @@ options:
       - "What cloud-init installs at the first boot of a server made from the image (the idle_killer role's
         first_boot.yml renders it): the on_vm package and the killer's units, a config that names no server yet,
         the units started. No secret: the killer takes its credential from the metadata service."
-      - "Only with I(volumes_exist) false: a kept boot volume holds its killer already."
+      - "For a boot volume never booted: made by this create (I(volumes_exist) false), or from the image by the
+        volumes role just before (a one-pool project's first up). A kept boot volume holds its killer already."
     type: dict
     suboptions:
       program_dir: {description: The folder the on_vm package goes into., type: str, required: true}
@@ -163,17 +164,14 @@ except ImportError:
 
 
 def create_user_data(volumes_exist: bool, first_boot: dict | None) -> tuple[str | None, str | None]:
-    """(the create's user data, base64, or None; why the create may not be sent, or None). From kept volumes: keep
-    their host keys (USER_DATA_NOTES), the killer is on them. From the image: the killer's installer, if given, with
-    cloud-init's default host keys (the volume's own)."""
-    if volumes_exist:
-        if first_boot:
-            return None, "first_boot is for a create from the image: a kept boot volume holds its killer already"
-        return KEEP_HOST_KEYS_USER_DATA, None
-    if not first_boot:
-        return None, None
-    encoded = user_data(first_boot)
-    return encoded, too_big(encoded)
+    """(the create's user data, base64, or None; why the create may not be sent, or None). A boot volume never
+    booted, made from the image here or by the volumes role just before (first_boot given): the killer's installer,
+    with cloud-init's default host keys (the volume's own). From kept volumes: keep their host keys
+    (USER_DATA_NOTES), the killer is on them."""
+    if first_boot:
+        encoded = user_data(first_boot)
+        return encoded, too_big(encoded)
+    return (KEEP_HOST_KEYS_USER_DATA if volumes_exist else None), None
 
 
 def released(made: bool, keep: bool, attached: bool) -> bool:

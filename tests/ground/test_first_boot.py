@@ -37,7 +37,8 @@ def test_a_first_boot_from_the_image_with_up_killed_at_the_create_is_deleted_by_
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
     try:
         run = subprocess.Popen(
-            ["ansible-playbook", str(REPO / "playbooks" / "up.yml"), "-e", "idle_killer_tick_seconds=2"],
+            ["ansible-playbook", str(REPO / "playbooks" / "up.yml"), "-e", "idle_killer_tick_seconds=2",
+             "-e", "idle_killer_first_boot_grace_seconds=0"],
             cwd=project, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:

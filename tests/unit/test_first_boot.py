@@ -37,7 +37,8 @@ ROLE = REPO / "roles" / "idle_killer"
 HEADROOM = 1024
 # What only the arm knows, and what the first boot finds not installed yet: the keys where the two configs differ.
 FIRST_BOOT_ONLY = {"server_id", "floating_ip_id", "credential_id", "credential_secret", "credential_expires_at",
-                   "rental_started_at", "swarmui_url", "data_mount", "models_dirs", "llm"}  # fmt: skip
+                   "rental_started_at", "swarmui_url", "data_mount", "models_dirs", "llm", "keep_alive_command",
+                   "grace_seconds"}  # fmt: skip
 PLAY = """
 - hosts: localhost
   gather_facts: false
@@ -47,6 +48,8 @@ PLAY = """
     gpu_rent_floating_ip_id: aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee
     gpu_rent_server_created_at: "2026-12-06T10:00:00Z"
     gpu_rent_billing_hour: rental
+    gpu_rent_keep_alive_command: /mnt/swarm_data/still-busy
+    gpu_rent_idle_grace_minutes: 2
     idle_killer_made: {id: made-id, secret: made-secret, expires_at: "2026-12-13T10:00:00Z"}
   tasks:
     - ansible.builtin.include_role: {name: idle_killer, tasks_from: first_boot.yml, public: true}
@@ -103,14 +106,15 @@ def test_over_the_limit_the_create_is_refused_in_one_line_naming_the_size(render
     assert "\n" not in refused and len(data) > 65535
 
 
-def test_only_a_create_from_the_image_carries_the_installer_a_warm_one_keeps_its_host_keys(rendered):
-    data, refused = fresh_server.create_user_data(False, rendered["first_boot"])
-    script = gzip.decompress(base64.b64decode(data)).decode()
-    assert refused is None and script.startswith("#!/usr/bin/python3\n")  # cloud-init runs a #! part as a script
-    assert "ssh_deletekeys" not in script  # cloud-init's default: the new volume's own host keys
+def test_a_boot_volume_never_booted_gets_the_installer_a_kept_one_keeps_its_host_keys(rendered):
+    """Made by the create (several pools) or by the volumes role just before (one pool), a volume from the image is
+    booted with the installer and cloud-init's default host keys (the volume's own); a kept one keeps its keys."""
+    for volumes_exist in (False, True):
+        data, refused = fresh_server.create_user_data(volumes_exist, rendered["first_boot"])
+        script = gzip.decompress(base64.b64decode(data)).decode()
+        assert refused is None and script.startswith("#!/usr/bin/python3\n")  # cloud-init runs a #! part as a script
     assert fresh_server.create_user_data(True, None) == (fresh_server.KEEP_HOST_KEYS_USER_DATA, None)
     assert fresh_server.create_user_data(False, None) == (None, None)
-    assert fresh_server.create_user_data(True, rendered["first_boot"])[1].startswith("first_boot is for a create from")
 
 
 def test_the_files_are_the_ones_the_arm_installs_byte_for_byte(rendered):
@@ -141,6 +145,10 @@ def test_the_first_boots_config_is_the_arms_but_for_what_only_the_arm_knows(rend
     assert (first["swarmui_url"], first["data_mount"], first["models_dirs"], first["llm"]) == ("", "", [], False)
     assert first["metadata_url"] == paths.METADATA_URL and first["billing_hour"] == "rental"
     assert rendered["first_boot"]["config_file"] == paths.CONFIG_FILE
+    # the user's command may need what is not installed yet, and user data is readable by any process on the VM
+    assert arm["keep_alive_command"] and first["keep_alive_command"] == ""
+    # a live laptop's SSH and arm come within the first boot's grace, whatever IDLE_GRACE_MINUTES says
+    assert first["grace_seconds"] == max(float(arm["grace_seconds"]), 600.0)
 
 
 def here(tmp_path: Path) -> dict:
