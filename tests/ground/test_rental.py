@@ -987,68 +987,6 @@ def test_the_idle_killer_deletes_the_idle_vm_keeps_the_volumes_and_status_names_
     assert ours.killer_credential() is not None and status(project)["last_end"] is None  # a server again
 
 
-def test_up_killed_right_after_the_create_leaves_a_server_its_own_killer_deletes(life):
-    """The laptop dies (kill -9 of up and its playbook) the moment Nova lists the new server, while it builds,
-    and never comes back. Nova takes no metadata then, so the create itself carried a credential for the build
-    (gpu_rent_killer_handoff.py CREATE_NOTES): the killer kept on the boot volume boots under the new server,
-    learns from the metadata service that it is another server than its config names, takes that credential
-    (never the old one) and deletes the server and the address taken before the create when idle - no SSH, no
-    arm, no handoff at ACTIVE. No second server appears at any point, and nothing bills after but the disks."""
-    project, ours = life
-    quick = {"idle_killer_grace_seconds": 0, "idle_killer_idle_seconds": 20, "idle_killer_tick_seconds": 2,
-             "idle_killer_llm": "false"}  # fmt: skip
-    rearmed = playbook(project, "idle_killer.yml", *[f"-e{k}={v}" for k, v in quick.items()])
-    assert rearmed.returncode == 0, rearmed.stdout[-3000:]
-    assert gpu_rent(project, "tunnel", "--close").returncode == 0  # the laptop's watchdog would act otherwise
-    stopped = gpu_rent(project, "stop")
-    assert stopped.returncode == 0, stopped.stderr[-3000:]
-    volumes = {v.name: v.id for v in ours.volumes().values()}
-    boot_id = volumes[f"{ours.name}-boot"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "GPU_RENT_"))}
-    run = subprocess.Popen([str(BIN / "gpu-rent"), "up", "--yes"], cwd=project, env=env, start_new_session=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    most = []  # servers of the project alive at once, at each look (one Nova failed, ERROR, is not alive)
-
-    def live() -> list:
-        servers = [s for s in ours.servers() if s.status != "ERROR"]
-        most.append(len(servers))
-        return servers
-
-    try:
-        server = wait_until("the new server listed by Nova", lambda: next(iter(live()), None), 300, 0.1)
-    finally:
-        os.killpg(run.pid, signal.SIGKILL)  # the lid closes: up and everything it started
-        run.wait(timeout=30)
-    carried = json.loads(server.metadata["gpu_rent_killer"])  # from the create: the first listing has it
-    credentials = {c.id: c for c in killer_credentials(ours.conn, f"{ours.name}-idle-killer")}
-    assert credentials[carried["c"]].name.endswith("-create"), (server.status, credentials)
-    assert {r["path"] for r in credentials[carried["c"]].access_rules} >= {"/v2.1/servers/*"}
-    address = ours.conn.network.get_ip(carried["f"]).floating_ip_address  # taken before the create
-    # The ground runs a server as a host only at a floating IP (ground/ext/gpu_rent_ground/agent.py); a real cloud
-    # boots it without one, and its killer reaches the API through the rental's router. Up died before the
-    # attach: the test attaches the address as up would have, and nothing else.
-    active = wait_until("the server ACTIVE without the laptop", lambda: next(
-        (s for s in live() if s.status == "ACTIVE"), None), 300, 0.5)  # fmt: skip
-    if not ours.conn.network.get_ip(carried["f"]).port_id:
-        port = next(ours.conn.network.ports(device_id=active.id))
-        ours.conn.network.update_ip(carried["f"], port_id=port.id)
-    # the last words the killer writes on the boot volume, as the ground keeps its disk (ground/ext agent.py)
-    words = GROUND / "state" / "hosts" / "rootfs" / boot_id / paths.LAST_WORDS_FILE.lstrip("/")
-
-    wait_until("the server deleted by its own killer", lambda: not live() and not ours.servers(), 240, 1)
-    assert max(most) == 1, most  # never a second server beside it
-    kept = json.loads(words.read_text())
-    assert kept["server_id"] == server.id and kept["acted"].startswith(f"asked Nova to delete server {server.id}"), kept
-    wait_until("its floating IP deleted by the killer", lambda: not ours.floating_ips(), 60)
-    assert ssh(address, "true", timeout=10).returncode == 255
-    wait_until("both volumes free", lambda: all(v.status == "available" for v in ours.volumes().values()), 60)
-    assert {v.name: v.id for v in ours.volumes().values()} == volumes
-    again = up(project)  # the laptop back: the VM for the tests after this one
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    # the server's own credential, alone: the killed up's create credential went once it was handed
-    assert ours.killer_credential() is not None
-
-
 def test_llamacpp_replaces_ollama_serves_its_gguf_through_the_tunnel_and_its_loaded_model_keeps_the_vm(life, llm):
     """LLM_RUNTIME switched to llamacpp on the running VM (the idle-killer's last up brought it back): up installs
     llama-server from the release mirror, downloads the GGUF file once onto the data volume, stops Ollama (the
