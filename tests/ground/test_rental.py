@@ -33,9 +33,8 @@ from websockets.sync.client import connect as ws_connect
 from gpu_rent.cloud import plain_http as cloud_http
 from gpu_rent.cloud import route as cloud_route
 from gpu_rent.cloud import view as cloud
-from gpu_rent.on_vm import paths
 from gpu_rent.project import settings as config
-from tests.groundkit import CLOUDS_YAML, GROUND, PROJECT, REPO, killer_credentials, ssh, wait_for_ssh, wait_until
+from tests.groundkit import CLOUDS_YAML, PROJECT, REPO, killer_credentials, ssh, wait_for_ssh, wait_until
 from tests.loopback_sshd import free_port
 
 BIN = Path(sys.executable).parent
