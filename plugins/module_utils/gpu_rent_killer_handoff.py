@@ -200,12 +200,6 @@ def for_create(conn, spec: dict, region: str | None, interface: str | None,
     return metadata, said(made, ANY_SERVER, floating_ip_id, time.monotonic() - started)
 
 
-def drop(conn, said_of: dict) -> None:
-    """Delete a credential made for a create that made no server (said_of: what for_create returned of it)."""
-    if said_of.get("handed"):
-        conn.identity.delete_application_credential(conn.session.get_user_id(), said_of["id"])
-
-
 def redacted(error: Exception, made) -> str:
     """The cloud's words, one line, without the secret (Nova's validation errors echo the value refused)."""
     said = " ".join(str(error).split())

@@ -258,9 +258,15 @@ def start(conn, found: dict, asked: dict, sdk_exceptions, carry=None) -> dict:
     return {"created": True, "why": "", "server": created, "flavor": asked["flavors"][0], **early}
 
 
+def drop(conn, carried: dict) -> None:
+    """Delete the killer's credential a create carried (carried: what for_create returned of it) when that create
+    made no server, or its server is gone: nothing is left for it to delete. Here, for both creates."""
+    if carried.get("handed"):
+        conn.identity.delete_application_credential(conn.session.get_user_id(), carried["id"])
+
+
 def _undo(conn, made_address, carried: dict) -> None:
     """A create refused: the address made for it and the credential it carried go (fresh_server's _undo)."""
     if made_address is not None:
         conn.network.delete_ip(made_address, ignore_missing=True)
-    if carried.get("handed"):
-        conn.identity.delete_application_credential(conn.session.get_user_id(), carried["id"])
+    drop(conn, carried)

@@ -132,7 +132,6 @@ try:
     )
     from ansible_collections.gpu_rent.rental.plugins.module_utils.gpu_rent_killer_handoff import (
         KILLER_OPTIONS,
-        drop,
         for_create,
         make_and_hand,
     )
@@ -142,6 +141,7 @@ try:
         NO_ROOM,
         DroppedCreate,
         create_once,
+        drop,
         existing,
         named_servers,
         project_address,
@@ -149,13 +149,14 @@ try:
     )
 except ImportError:
     from ansible.module_utils.gpu_rent_first_boot import FIRST_BOOT_OPTIONS, too_big, user_data
-    from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, drop, for_create, make_and_hand
+    from ansible.module_utils.gpu_rent_killer_handoff import KILLER_OPTIONS, for_create, make_and_hand
     from ansible.module_utils.gpu_rent_lookup import without_handoff
     from ansible.module_utils.gpu_rent_warm_start import (
         KEEP_HOST_KEYS_USER_DATA,
         NO_ROOM,
         DroppedCreate,
         create_once,
+        drop,
         existing,
         named_servers,
         project_address,
