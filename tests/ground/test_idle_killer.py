@@ -115,18 +115,25 @@ class Armed:
     first: subprocess.CompletedProcess
 
 
+def bare_host(cloud: Cloud, member_conn, net, prefix: str) -> tuple:
+    """A rented host answering SSH at its floating IP, and a killer credential name of its own (dropped at the
+    end): (data volume, server, address, floating IP id, credential name)."""
+    data = cloud.volume(4)
+    server = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
+    address = cloud.floating_ip(server)
+    fip_id = next(member_conn.network.ips(floating_ip_address=address)).id
+    wait_for_ssh(address)
+    name = unique(prefix)
+    cloud.later(lambda: drop_killer_credentials(member_conn, name))
+    return data, server, address, fip_id, name
+
+
 @pytest.fixture(scope="module")
 def vm(member_conn, net, tmp_path_factory):
     """A rented host, bootstrapped with the killer armed."""
     cloud = Cloud(member_conn)
     try:  # a failed set-up leaves nothing behind either (the module's net is dropped after it)
-        data = cloud.volume(4)
-        server = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
-        address = cloud.floating_ip(server)
-        fip_id = next(member_conn.network.ips(floating_ip_address=address)).id
-        wait_for_ssh(address)
-        name = unique("t-killer")
-        cloud.later(lambda: drop_killer_credentials(member_conn, name))
+        data, server, address, fip_id, name = bare_host(cloud, member_conn, net, "t-killer")
         extra = {"gpu_rent_cloud_auth": member_auth(), "gpu_rent_server_id": server.id,
                  "idle_killer_credential_name": name, "gpu_rent_keep_alive_command": KEEP_ALIVE,
                  "gpu_rent_floating_ip_id": fip_id} | ARMED  # fmt: skip
@@ -549,13 +556,7 @@ def test_arming_a_second_folders_server_in_the_same_project_leaves_the_firsts_cr
     not per project, and a prune touches only its folder's); the first's killer proves the one it held."""
     cloud = vm.cloud
     held = json.loads(ssh(vm.address, "cat /root/.gpu-rent/idle-killer.json").stdout)["credential_id"]
-    data = cloud.volume(4)
-    second = cloud.server(net, cloud.volume(10, image=True), data, key_name=cloud.keypair(), flavor="m1.small")
-    address = cloud.floating_ip(second)
-    fip_id = next(member_conn.network.ips(floating_ip_address=address)).id
-    wait_for_ssh(address)
-    name = unique("t-killer-second")
-    cloud.later(lambda: drop_killer_credentials(member_conn, name))
+    data, second, address, fip_id, name = bare_host(cloud, member_conn, net, "t-killer-second")
     extra = vm.extra | {"gpu_rent_server_id": second.id, "idle_killer_credential_name": name,
                         "gpu_rent_floating_ip_id": fip_id, "idle_killer_idle_seconds": 3600}  # fmt: skip
     armed = run_playbook("idle_killer.yml", (address, data.id), vm.workdir, **extra)
